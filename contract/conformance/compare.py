@@ -1,0 +1,86 @@
+"""The model's prediction and vLLM's observation of one trace, step by step.
+
+The prediction is the model run under the policy that models the installed release, whatever
+policy the trace was recorded under: the question is what *this* vLLM does with the trace's
+scenario and events. A step agrees when the two ``StepRecord.to_json`` forms are equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import zip_longest
+
+from contract.events import describe_event
+from contract.policy import Policy
+from contract.runner import Run
+from contract.scenario import Runner
+from contract.trace import Trace, TraceError
+
+NOT_REPLAYED_MRV2 = "not replayed (MRV2)"
+
+
+@dataclass
+class StepDiff:
+    index: int
+    event: str
+    model: dict | None  # None: the model stopped before this step
+    real: dict | None  # None: vLLM stopped before this step
+
+
+@dataclass
+class TraceResult:
+    name: str
+    source: str
+    trace_policy: str
+    status: str  # "replayed" or NOT_REPLAYED_MRV2
+    steps: int = 0
+    agreeing: int = 0
+    diffs: list[StepDiff] = field(default_factory=list)
+    model_steps: list[dict] = field(default_factory=list)
+    real_steps: list[dict] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def agrees(self) -> bool:
+        return not self.diffs
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "source": self.source, "trace_policy": self.trace_policy,
+               "status": self.status, "steps": self.steps, "agreeing": self.agreeing}
+        if self.note:
+            out["note"] = self.note
+        if self.diffs:
+            out["disagreements"] = [
+                {"step": d.index, "event": d.event, "model": d.model, "vllm": d.real} for d in self.diffs
+            ]
+        return out
+
+
+def predict(trace: Trace, policy: Policy) -> tuple[list[dict], str]:
+    """The model's steps; events after the step where the model halts are not run."""
+    run = Run(trace.scenario, policy)
+    steps: list[dict] = []
+    for i, event in enumerate(trace.events):
+        if not run.can(event):
+            if run.state.halted:
+                return steps, f"{policy.name} halts at step {i - 1}; events from step {i} on are not run"
+            raise TraceError(f"event {i} ({event.kind}) cannot happen at that point of the start-up order")
+        steps.append(run.apply(event).to_json())
+    return steps, ""
+
+
+def compare(session, trace: Trace, policy: Policy, source: str) -> TraceResult:
+    result = TraceResult(trace.name or source, source, trace.policy, "replayed")
+    if trace.scenario.runner is not Runner.MRV1:
+        result.status = NOT_REPLAYED_MRV2
+        return result
+    predicted, result.note = predict(trace, policy)
+    observed = session.replay(trace.scenario, trace.events[: len(predicted)])
+    result.model_steps, result.real_steps = predicted, observed
+    for i, (want, got) in enumerate(zip_longest(predicted, observed)):
+        result.steps += 1
+        if want == got:
+            result.agreeing += 1
+        else:
+            result.diffs.append(StepDiff(i, describe_event(trace.events[i]), want, got))
+    return result

@@ -1,0 +1,159 @@
+"""A scenario as a real ``VllmConfig``: vLLM's own ``__post_init__`` normalises it.
+
+Only the settings a scenario names are passed in; everything else is vLLM's default. The
+configured capture sizes and scheduler size match the model's (``contract/scenario.py``):
+``cudagraph_capture_sizes=[2, 4]``, ``max_cudagraph_capture_size=4``, ``max_num_seqs=4``.
+
+Building a ``VllmConfig`` costs tens of milliseconds (a real ``ModelConfig`` from a local
+``config.json`` only: no weights, no tokenizer, no network), so one is built per distinct
+config-time input and restored to its post-init state before each trace; resolve and the
+replay mutate ``compilation_config`` in place, exactly as in vLLM.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+
+from contract.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Scenario, SplittingOps
+
+# A tiny Llama: ModelConfig reads only config.json (HF_HUB_OFFLINE=1).
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6, "torch_dtype": "float32", "tie_word_embeddings": False,
+}
+MAX_MODEL_LEN = 256
+MAX_NUM_BATCHED_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class SpeculativeStandIn:
+    """What the cudagraph path reads of ``speculative_config`` (``config/speculative.py``).
+
+    Attached after ``__post_init__``: a real ``SpeculativeConfig`` needs a draft model, and at
+    config time it only matters for dynamic speculative decoding and for default capture sizes,
+    neither of which a scenario uses (sizes are given explicitly). ``VllmConfig.num_speculative_tokens``
+    (a real property) reads it, and so do the dispatchers (``uniform_decode_query_len``).
+    """
+
+    num_speculative_tokens: int
+    enforce_eager: bool
+    method: str  # "eagle" (a proposer with a .model) or "ngram" (none)
+
+    def use_eagle(self) -> bool:
+        return self.method == "eagle"
+
+    def uses_draft_model(self) -> bool:
+        return False
+
+    def uses_extract_hidden_states(self) -> bool:
+        return False
+
+    def use_dflash(self) -> bool:
+        return False
+
+
+def set_breakable(on: bool) -> None:
+    """``VLLM_USE_BREAKABLE_CUDAGRAPH`` is read through ``envs.__getattr__``, which only caches after
+    ``enable_envs_cache()`` (engine start-up); ``disable_envs_cache()`` makes it re-read the
+    environment. Set to "0" rather than unset: unset lets ``_maybe_enable_breakable_cudagraph``
+    decide by architecture."""
+    import vllm.envs as envs
+
+    os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1" if on else "0"
+    envs.disable_envs_cache()
+
+
+def config_key(scenario: Scenario) -> tuple:
+    """The scenario fields ``VllmConfig.__post_init__`` reads."""
+    return (scenario.breakable, scenario.ubatching, scenario.cudagraph_mode.name,
+            scenario.compilation_mode.name, scenario.splitting_ops.name)
+
+
+class ConfigCache:
+    """One post-init ``VllmConfig`` per config key, handed out restored to its post-init state."""
+
+    def __init__(self) -> None:
+        self._model_config = None
+        self._built: dict[tuple, tuple[object, dict] | BaseException] = {}
+
+    def model_config(self):
+        if self._model_config is None:
+            from vllm.config import ModelConfig
+
+            folder = tempfile.mkdtemp(prefix="tiny-llama-config-")
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump(TINY_LLAMA, f)
+            self._model_config = ModelConfig(
+                model=folder, skip_tokenizer_init=True, dtype="float32", max_model_len=MAX_MODEL_LEN
+            )
+        return self._model_config
+
+    def get(self, scenario: Scenario):
+        """The scenario's ``VllmConfig`` (raises what vLLM raised when it refuses the config)."""
+        key = config_key(scenario)
+        set_breakable(scenario.breakable)
+        if key not in self._built:
+            try:
+                vllm_config = self._build(scenario)
+                self._built[key] = (vllm_config, self._snapshot(vllm_config))
+            except Exception as exc:  # vLLM's refusal is the observation
+                self._built[key] = exc
+        built = self._built[key]
+        if isinstance(built, BaseException):
+            raise built
+        vllm_config, snapshot = built
+        vllm_config.compilation_config.__dict__.update(copy.deepcopy(snapshot))
+        q = scenario.uniform_decode_query_len
+        vllm_config.speculative_config = None if scenario.drafter is DrafterKind.NONE else SpeculativeStandIn(
+            num_speculative_tokens=q - 1,
+            enforce_eager=scenario.spec_enforce_eager,
+            method="eagle" if scenario.drafter is DrafterKind.WITH_MODEL else "ngram",
+        )
+        return vllm_config
+
+    @staticmethod
+    def _snapshot(vllm_config) -> dict:
+        return copy.deepcopy(vllm_config.compilation_config.__dict__)
+
+    def _build(self, scenario: Scenario):
+        from vllm.config import (
+            CompilationConfig,
+            CompilationMode,
+            DeviceConfig,
+            ParallelConfig,
+            SchedulerConfig,
+            VllmConfig,
+        )
+
+        kwargs = dict(
+            mode=CompilationMode[scenario.compilation_mode.name],
+            cudagraph_mode=scenario.cudagraph_mode.name,
+            cudagraph_capture_sizes=list(CUDAGRAPH_CAPTURE_SIZES),
+            max_cudagraph_capture_size=max(CUDAGRAPH_CAPTURE_SIZES),
+        )
+        if scenario.splitting_ops is SplittingOps.ATTENTION:
+            kwargs["splitting_ops"] = list(CompilationConfig._attention_ops)
+        elif scenario.splitting_ops is SplittingOps.EMPTY:
+            kwargs["splitting_ops"] = []
+        # use_ubatching = enable_dbo or ubatch_size > 1 (config/parallel.py); DBO asserts one of
+        # the deepep/nixl all2all backends in ParallelConfig.__post_init__.
+        parallel = (
+            ParallelConfig(enable_dbo=True, all2all_backend="deepep_low_latency")
+            if scenario.ubatching else ParallelConfig()
+        )
+        return VllmConfig(
+            model_config=copy.deepcopy(self.model_config()),
+            compilation_config=CompilationConfig(**kwargs),
+            parallel_config=parallel,
+            scheduler_config=SchedulerConfig.default_factory(
+                max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+                max_model_len=MAX_MODEL_LEN,
+            ),
+            device_config=DeviceConfig(device="cuda"),
+        )

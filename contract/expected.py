@@ -1,0 +1,42 @@
+"""The expected verdict table of the built-in policies: verdicts are data, checked by the tests.
+
+``FAILS`` lists, per policy, the properties it is expected to violate. Every other property is
+expected to hold. ``STATUS`` says how each expected failure is known: ``replayed`` means the
+real-code replay (``cudagraph-contract conform``) observed it on the named vLLM release; ``reading``
+means it follows from the model and the spec's reading of the code and has not been run on vLLM.
+"""
+
+from __future__ import annotations
+
+FAILS: dict[str, frozenset[str]] = {
+    # FULL dispatches captured by the match-any breakable wrapper (P3); drafter PIECEWISE under a
+    # FULL target captured at runtime with the capture guard off (P4); PIECEWISE with no capturer
+    # under micro-batching or after a late upgrade (P1).
+    "vllm_0_29": frozenset({"P1", "P3", "P4"}),
+    # the drafter under a FULL target, and PIECEWISE after a late FULL -> FULL_AND_PIECEWISE
+    # upgrade, reach no capturer (P1).
+    "pr56312_draft": frozenset({"P1"}),
+    # spec §12.1's three leads: breakable + micro-batching and compiled-under-FULL-then-upgraded give
+    # PIECEWISE no capturer (P1); breakable + FULL target + drafter captures outside the window (P4).
+    "vllm_0_30": frozenset({"P1", "P4"}),
+    # compiled under FULL, resolved to FULL_AND_PIECEWISE: PIECEWISE has no capturer (P1).
+    "mrv2": frozenset({"P1"}),
+}
+
+# (policy, property) -> "replayed on vLLM X" or "reading"; filled in from the conformance replay.
+STATUS: dict[tuple[str, str], str] = {
+    ("vllm_0_29", "P1"): "reading",
+    ("vllm_0_29", "P3"): "reading",
+    ("vllm_0_29", "P4"): "reading",
+    ("pr56312_draft", "P1"): "reading (never released: no real code to replay)",
+    ("vllm_0_30", "P1"): "reading",
+    ("vllm_0_30", "P4"): "reading",
+    ("mrv2", "P1"): "reading (MRV2 is not replayed)",
+}
+
+
+def expected_holds(policy: str, prop: str) -> bool | None:
+    """None for a policy with no expectation (a user's policy: every property should hold)."""
+    if policy not in FAILS:
+        return None
+    return prop not in FAILS[policy]

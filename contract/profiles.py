@@ -1,0 +1,31 @@
+"""Hypothesis profiles: ``ci`` (deterministic, no database, finds every known defect every run),
+``dev`` (default, quick) and ``thorough`` (nightly)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Verbosity, settings
+
+_COMMON = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+    print_blob=False,
+    report_multiple_bugs=False,
+    verbosity=Verbosity.quiet,
+)
+
+PROFILES = {
+    "ci": settings(derandomize=True, database=None, max_examples=1500, stateful_step_count=6, **_COMMON),
+    "dev": settings(max_examples=150, stateful_step_count=12, database=None, **_COMMON),
+    "thorough": settings(max_examples=5000, stateful_step_count=25, database=None, **_COMMON),
+}
+
+
+def register() -> None:
+    for name, s in PROFILES.items():
+        settings.register_profile(name, s)
+
+
+def get(name: str) -> settings:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; expected one of: {', '.join(PROFILES)}")
+    return PROFILES[name]

@@ -1,0 +1,47 @@
+"""Mutants: the profile kills every non-equivalent one (reporting what the mutant declares), leaves
+the equivalent ones alone, and every property is shown to fail on a policy or a mutant."""
+
+import pytest
+
+from contract.expected import FAILS
+from contract.machine import run_machine
+from contract.mutants import BY_NAME, MUTANTS
+from contract.policy import load_policy
+from contract.properties import PROPERTIES
+
+KILLABLE = [m for m in MUTANTS if not m.equivalent]
+EQUIVALENT = [m for m in MUTANTS if m.equivalent]
+# properties no built-in policy violates, and the mutant that newly violates each
+DEMONSTRATED_BY = {"P2": "breakable_acts_on_none", "P5": "entry_key_num_tokens", "P6": "non_recursive_unwrap"}
+
+
+def _run(mutant, settings):
+    return run_machine(mutant.policy(), settings, base=load_policy(mutant.base))
+
+
+def test_there_are_enough_mutants():
+    assert len(KILLABLE) >= 15
+    assert {m.area for m in KILLABLE} >= {"policy", "wrapper", "dispatcher", "resolve", "compile", "capture-window"}
+
+
+@pytest.mark.parametrize("mutant", KILLABLE, ids=lambda m: m.name)
+def test_mutant_is_killed(active_settings, mutant):
+    found = _run(mutant, active_settings)
+    assert found is not None, f"{mutant.name} survived: {mutant.description}"
+    assert found.violation.property in mutant.kills, found
+
+
+@pytest.mark.parametrize("mutant", EQUIVALENT, ids=lambda m: m.name)
+def test_equivalent_mutant_is_not_reported(active_settings, mutant):
+    assert _run(mutant, active_settings) is None
+
+
+def test_every_property_fails_on_a_policy_or_a_mutant():
+    assert set().union(*FAILS.values()) | set(DEMONSTRATED_BY) == set(PROPERTIES)
+
+
+@pytest.mark.parametrize("prop", sorted(DEMONSTRATED_BY))
+def test_property_fails_on_its_mutant(active_settings, prop):
+    found = _run(BY_NAME[DEMONSTRATED_BY[prop]], active_settings)
+    assert found is not None and found.violation.property == prop
+    assert found.violation.message.startswith("new violation")
