@@ -84,9 +84,10 @@ def verify(
     settings = _settings(profile)
     policies = _policies(policy)
     results = {}
-    with err.status("verifying", spinner="dots") if not (quiet or as_json) and err.is_terminal else _null():
+    with _progress(len(policies), "verifying", quiet or as_json) as advance:
         for p in policies:
             results[p.name] = verify_policy(p, settings, seed)
+            advance()
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
         for verdicts in results.values():
@@ -154,12 +155,117 @@ def replay(
     raise typer.Exit(1 if result.mismatches else 0)
 
 
-class _null:
+@app.command()
+def explore(
+    policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Built-in policy name or a .py policy file; repeatable."),
+    depth: int = typer.Option(12, min=1, max=64, help="Event-depth bound of the breadth-first search."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write each shortest counterexample as a JSON trace here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+) -> None:
+    """Enumerate every scenario class and event sequence up to DEPTH: a proof within the bound where
+    the contract holds, the shortest counterexample where it does not.
+
+    Example: [bold]cudagraph-contract explore --policy vllm_0_30 --depth 10[/]
+    """
+    from contract.explore import explore as run_explore
+    from contract.trace import write_atomic
+
+    policies = _policies(policy)
+    results = []
+    with _progress(len(policies), "exploring", quiet or as_json) as advance:
+        for p in policies:
+            results.append(run_explore(p, depth))
+            advance()
+    unexpected = []
+    for p, r in zip(policies, results):
+        for pid in PROPERTIES:
+            from contract.expected import expected_holds
+
+            want = expected_holds(p.name, pid)
+            if (want is None and not r.holds(pid)) or (want is not None and want != r.holds(pid)):
+                unexpected.append((p.name, pid))
+            if out_dir is not None and not r.holds(pid):
+                write_atomic(out_dir / f"{p.name}-{pid}.json", r.counterexamples[pid].dumps())
+    if as_json:
+        payload = {r.policy: {"states": r.states, "transitions": r.transitions, "complete": r.complete,
+                              "depth": r.depth, "scenarios": r.scenarios,
+                              "verdicts": {pid: (None if r.holds(pid) else len(r.counterexamples[pid].events))
+                                           for pid in PROPERTIES}}
+                   for r in results}
+        sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    elif not quiet:
+        table = Table(title=f"exhaustive exploration (depth {depth})")
+        table.add_column("policy")
+        table.add_column("states")
+        for pid, prop in PROPERTIES.items():
+            table.add_column(f"{pid} {prop.name}")
+        for r in results:
+            row = [f"[green]holds[/]" if r.holds(pid) else f"[yellow]fails ({len(r.counterexamples[pid].events)})[/]"
+                   for pid in PROPERTIES]
+            table.add_row(r.policy, f"{r.states}{'' if r.complete else ' (cut)'}", *row)
+        out.print(table)
+    raise typer.Exit(1 if unexpected else 0)
+
+
+@app.command()
+def report(
+    profile: str = typer.Option("ci", help="Hypothesis profile for the sampled verdicts and coverage."),
+    out_dir: Path = typer.Option(Path("reports"), "--out", help="Folder the reports go to."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+) -> None:
+    """Verify every built-in policy (Hypothesis + explorer) and write reports/: the verdict table,
+    one page and one JSON trace per counterexample, the coverage gaps.
+
+    Example: [bold]cudagraph-contract report --out reports[/]
+    """
+    from contract.explore import explore as run_explore
+    from contract.report import PolicyResult, write
+    from contract.verify import verify_policy
+
+    settings = _settings(profile)
+    policies = _policies(None)
+    results = []
+    with _progress(len(policies), "verifying", quiet) as advance:
+        for p in policies:
+            cells: set = set()
+            verdicts = verify_policy(p, settings, cells=cells)
+            results.append(PolicyResult(p, verdicts, run_explore(p), cells))
+            advance()
+    write(out_dir, results)
+    unexpected = [(r.policy.name, pid) for r in results for pid, v in r.verdicts.items()
+                  if not v.as_expected or v.holds != r.exploration.holds(pid)]
+    if not quiet:
+        out.print(f"wrote {out_dir}/README.md")
+        for name, pid in unexpected:
+            out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")
+    raise typer.Exit(1 if unexpected else 0)
+
+
+class _progress:
+    """A rich progress bar on a terminal; nothing otherwise (output stays byte-stable in CI)."""
+
+    def __init__(self, total: int, what: str, quiet: bool):
+        self.total, self.what, self.quiet = total, what, quiet or not err.is_terminal
+
     def __enter__(self):
-        return self
+        if self.quiet:
+            return lambda: None
+        from rich.progress import Progress
+
+        self.bar = Progress(console=err, transient=True)
+        self.bar.__enter__()
+        task = self.bar.add_task(self.what, total=self.total)
+        return lambda: self.bar.advance(task)
 
     def __exit__(self, *exc):
+        if not self.quiet:
+            self.bar.__exit__(*exc)
         return False
+
+
+from contract.conformance.command import conform  # noqa: E402
+app.command()(conform)
 
 
 def main() -> None:

@@ -3,9 +3,11 @@ rules, the contract as an ``@invariant`` checked after every step."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
 from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.policy import Policy
@@ -52,83 +54,100 @@ def scenarios(draw, runner: Runner = Runner.MRV1) -> Scenario:
     )
 
 
-def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Policy | None = None) -> type[RuleBasedStateMachine]:
+FLEET = (1, 8)  # runners per example: min and max
+
+
+class _Lane:
+    """One runner of the fleet (and its base, in lockstep mode) with the events it took."""
+
+    def __init__(self, scenario: Scenario, policy: Policy, base: Policy | None):
+        self.scenario = scenario
+        self.run = Run(scenario, policy)
+        self.base_run = Run(scenario, base) if base is not None else None
+        self.events: list = []
+
+
+def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Policy | None = None,
+                 on_step: Callable | None = None) -> type[RuleBasedStateMachine]:
     """A machine class for one policy, checking the properties in ``only`` (all when None).
 
-    With ``base``, the machine runs ``policy`` (a mutant) and ``base`` in lockstep and fails where
+    ``@initialize`` draws a fleet of scenarios; every rule applies its event to each runner that can
+    take it, and the contract is checked after every step of every runner. Hypothesis pays per
+    rule, the model per runner, so a fleet explores several scenarios for the price of one; a
+    counterexample keeps only the failing runner's scenario and events.
+
+    With ``base``, each runner runs ``policy`` (a mutant) and ``base`` in lockstep and fails where
     their verdicts differ: a property violated by one and not the other, or vLLM stopping in one only.
+    ``on_step(scenario, state, record)`` sees every step (coverage measurement).
     """
 
     class ContractMachine(RuleBasedStateMachine):
-        @initialize(scenario=scenarios(policy.runner))
-        def setup(self, scenario: Scenario) -> None:
-            self.scenario = scenario
-            self.run = Run(scenario, policy)
-            self.base_run = Run(scenario, base) if base is not None else None
-            self.events: list = []
-            self.last = self.base_last = None
-            self._checked = True
+        @initialize(fleet=st.lists(scenarios(policy.runner), min_size=FLEET[0], max_size=FLEET[1]))
+        def setup(self, fleet: list[Scenario]) -> None:
+            self.lanes = [_Lane(s, policy, base) for s in fleet]
 
-        def _apply(self, event) -> None:
-            self._checked = False
-            self.events.append(event)
-            if self.base_run is not None and not self.base_run.can(event):
+        def _apply(self, event) -> bool:
+            applied = False
+            for lane in self.lanes:
+                if lane.run.can(event):
+                    self._step(lane, event)
+                    applied = True
+            return applied
+
+        def _step(self, lane: _Lane, event) -> None:
+            lane.events.append(event)
+            if lane.base_run is not None and not lane.base_run.can(event):
                 raise ContractViolation(
-                    Violation("halt", len(self.events) - 1, f"{event.kind} is possible under {policy.name} only"),
-                    self.scenario, self.events)
-            self.last = self.run.apply(event)
-            if self.base_run is not None:
-                self.base_last = self.base_run.apply(event)
+                    Violation("halt", len(lane.events) - 1, f"{event.kind} is possible under {policy.name} only"),
+                    lane.scenario, lane.events)
+            record = lane.run.apply(event)
+            if on_step is not None:
+                on_step(lane.scenario, lane.run.state, record)
+            violations = check(record, lane.scenario, policy.runner, only)
+            if lane.base_run is None:
+                if violations:
+                    raise ContractViolation(violations[0], lane.scenario, lane.events)
+                return
+            base_record = lane.base_run.apply(event)
+            difference = verdict_difference(violations, check(base_record, lane.scenario, base.runner, only),
+                                            record, base_record, base.name)
+            if difference:
+                raise ContractViolation(difference, lane.scenario, lane.events)
 
         def _can(self, event) -> bool:
-            return hasattr(self, "run") and self.run.can(event)
+            return any(lane.run.can(event) for lane in getattr(self, "lanes", ()))
 
         @precondition(lambda self: self._can(LoadModel()))
-        @rule(profile_memory=st.booleans(), resolve_twice=st.booleans())
-        def start_up(self, profile_memory: bool, resolve_twice: bool) -> None:
-            """The worker's start-up, in its fixed order (spec §8.3); the choices are whether
-            ``profile_cudagraph_memory`` runs (MRV1, mode != NONE) and whether resolve repeats."""
+        @rule(kv_cache_memory_bytes=st.booleans())
+        def start_up(self, kv_cache_memory_bytes: bool) -> None:
+            """The worker's start-up in its fixed order (spec §8.3). ``profile_cudagraph_memory``
+            runs unless ``--kv-cache-memory-bytes`` is set, which skips memory profiling
+            (``v1/worker/gpu_worker.py:542-585`` in 0.30.0); the default path shrinks first."""
             script = [LoadModel(), ProfileRun()]
-            script += [ProfileCudagraphMemory()] if profile_memory else []
-            script += [Resolve(), Resolve()] if resolve_twice else [Resolve()]
-            for event in [*script, CaptureModel()]:
-                if self.run.can(event):
-                    self._apply(event)
-                    self._check()
+            script += [] if kv_cache_memory_bytes else [ProfileCudagraphMemory()]
+            for event in [*script, Resolve(), CaptureModel()]:
+                self._apply(event)
 
         @precondition(lambda self: self._can(ExecuteModel(1)))
         @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN), uniform_decode=st.booleans(), force_eager=st.booleans())
         def execute_model(self, num_tokens: int, uniform_decode: bool, force_eager: bool) -> None:
-            # A batch is uniform decode only when num_tokens is a multiple of the query length.
-            uniform_decode = uniform_decode and num_tokens % self.scenario.uniform_decode_query_len == 0
-            self._apply(ExecuteModel(num_tokens, uniform_decode, force_eager))
+            # A batch is uniform decode only when num_tokens is a multiple of the runner's query
+            # length; the others take it as a mixed batch.
+            for lane in self.lanes:
+                uniform = uniform_decode and num_tokens % lane.scenario.uniform_decode_query_len == 0
+                event = ExecuteModel(num_tokens, uniform, force_eager)
+                if lane.run.can(event):
+                    self._step(lane, event)
 
         @precondition(lambda self: self._can(Propose(1)))
         @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN))
         def propose(self, num_tokens: int) -> None:
             self._apply(Propose(num_tokens))
 
-        @precondition(lambda self: hasattr(self, "run") and self.run.state.halted is not None)
+        @precondition(lambda self: hasattr(self, "lanes") and all(lane.run.state.halted for lane in self.lanes))
         @rule()
         def halted(self) -> None:
-            """vLLM stopped (a rejected config or a raised capture): nothing further happens."""
-
-        @invariant()
-        def contract(self) -> None:
-            if getattr(self, "last", None) is not None and not self._checked:
-                self._check()
-
-        def _check(self) -> None:
-            self._checked = True
-            violations = check(self.last, self.scenario, policy.runner, only)
-            if self.base_run is None:
-                if violations:
-                    raise ContractViolation(violations[0], self.scenario, self.events)
-                return
-            difference = verdict_difference(violations, check(self.base_last, self.scenario, base.runner, only),
-                                             self.last, self.base_last, base.name)
-            if difference:
-                raise ContractViolation(difference, self.scenario, self.events)
+            """vLLM stopped in every runner (a rejected config or a raised capture)."""
 
     ContractMachine.__name__ = f"ContractMachine_{policy.name}"
     return ContractMachine
@@ -151,9 +170,9 @@ def verdict_difference(mine: list[Violation], theirs: list[Violation], record, b
 
 
 def run_machine(policy: Policy, settings: Settings, only: frozenset[str] | None = None, seed: int | None = None,
-                base: Policy | None = None) -> ContractViolation | None:
+                base: Policy | None = None, on_step: Callable | None = None) -> ContractViolation | None:
     """Run the machine; the minimal (shrunk) violation, or None when every example held."""
-    test = get_state_machine_test(make_machine(policy, only, base), settings=settings)
+    test = get_state_machine_test(make_machine(policy, only, base, on_step), settings=settings)
     if seed is not None:
         test._hypothesis_internal_use_seed = seed  # what @hypothesis.seed(seed) sets
     try:

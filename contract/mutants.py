@@ -161,7 +161,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("dispatch_size_limit_inclusive", "vllm_0_30", "dispatcher",
            "`num_tokens >= max_cudagraph_capture_size` sends the largest capture size to NONE; capture_model's "
            "re-dispatch then disagrees with the descriptor it captures",
-           kills=frozenset(['halt'])),
+           kills=frozenset(['P1', 'halt'])),
     Mutant("dispatch_ignores_uniform_decode", "vllm_0_30", "dispatcher",
            "uniform_decode dropped before padding: FULL uniform-decode keys are never dispatched",
            kills=frozenset(['halt'])),

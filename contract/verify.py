@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from hypothesis import settings as Settings
 
+from contract.coverage import cells_of
 from contract.expected import expected_holds
 from contract.machine import run_machine
 from contract.policy import Policy
@@ -38,16 +39,21 @@ class Verdict:
 
 
 def verify_policy(policy: Policy, settings: Settings, seed: int | None = None,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Verdict]:
+                  progress: Callable[[str], None] | None = None, cells: set | None = None) -> dict[str, Verdict]:
     """One verdict per property. A run stops at the first violation Hypothesis shrinks to, so the
     property it shows is recorded and masked, and the machine runs again on the rest until a run
-    finds nothing: the remaining properties held on every example of that run."""
+    finds nothing: the remaining properties held on every example of that run. ``cells``, when
+    given, collects the coverage cells every generated step exercised."""
+    on_step = None
+    if cells is not None:
+        def on_step(scenario, state, rec):
+            cells.update(cells_of(scenario, state, rec))
     remaining = set(PROPERTIES)
     verdicts: dict[str, Verdict] = {}
     while remaining:
         if progress:
             progress(f"{policy.name}: checking {', '.join(sorted(remaining))}")
-        found = run_machine(policy, settings, frozenset(remaining), seed)
+        found = run_machine(policy, settings, frozenset(remaining), seed, on_step=on_step)
         if found is None:
             break
         pid = found.violation.property

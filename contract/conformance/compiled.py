@@ -3,7 +3,7 @@
 Two of vLLM's decisions, called for real:
 
 - whether the model is compiled at all: ``do_not_compile`` as set by ``@support_torch_compile``'s
-  ``__init__`` (``compilation/decorators.py:386-398`` in 0.30.0), read from a probe class built
+  ``__init__`` (``compilation/decorators.py:392-399`` in 0.30.0), read from a probe class built
   with vLLM's decorator under the scenario's config;
 - whether each compiled piece gets a capturer: ``wrap_with_cudagraph_if_needed``
   (``compilation/backends.py:633-686``), called per piece with the config as it is at the first
@@ -12,7 +12,7 @@ Two of vLLM's decisions, called for real:
   becomes the piece the model's compiled graph calls.
 
 Dynamo and Inductor themselves do not run: the graph is split where ``VllmBackend.__call__``
-would split it (``split_graph`` on ``compilation_config.splitting_ops``, ``:1174-1180``), here
+would split it (``split_graph`` on ``compilation_config.splitting_ops``, ``:1174-1179``), here
 at the tiny model's attention op when the splitting ops hold the attention ops.
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 _PROBE = None
+_DECIDED: dict[int, tuple[object, bool]] = {}  # id(vllm_config) -> (vllm_config, do_not_compile)
 
 
 def _probe_class():
@@ -44,10 +45,16 @@ def _probe_class():
 
 
 def do_not_compile(vllm_config) -> bool:
-    from vllm.config import set_current_vllm_config
+    """Decided once per config object: it reads only the config-time compilation mode, and each
+    probe built under a compiling mode registers a ``torch.compile`` wrapper."""
+    decided = _DECIDED.get(id(vllm_config))
+    if decided is None or decided[0] is not vllm_config:
+        from vllm.config import set_current_vllm_config
 
-    with set_current_vllm_config(vllm_config):
-        return _probe_class()(vllm_config=vllm_config).do_not_compile
+        with set_current_vllm_config(vllm_config):
+            decided = (vllm_config, _probe_class()(vllm_config=vllm_config).do_not_compile)
+        _DECIDED[id(vllm_config)] = decided
+    return decided[1]
 
 
 class PiecewiseBackend:

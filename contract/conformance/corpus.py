@@ -35,7 +35,7 @@ from contract.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.policy import Policy
 from contract.runner import Run
 from contract.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Runner, Scenario, SplittingOps
-from contract.trace import SCHEMA, Trace, TraceError, load, record
+from contract.trace import SCHEMA, Trace, record
 
 SPEC_QUERY_LENS = (2, 3)
 FORCE_EAGER_AT = 2
@@ -132,12 +132,3 @@ def select(traces: Iterator[Trace]) -> list[Trace]:
             kept.append(trace)
     return kept
 
-
-def load_files(paths: list[Path]) -> list[tuple[Trace, str]]:
-    out = []
-    for path in paths:
-        try:
-            out.append((load(path), str(path)))
-        except TraceError:
-            raise
-    return out

@@ -19,7 +19,7 @@ _NOT_SUPPORTED = re.compile(
 )
 # adjust_cudagraph_sizes_for_spec_decode (config/compilation.py:1582-1588)
 _NO_SIZES = re.compile(r"No valid cudagraph sizes after rounding to multiple of (\d+)")
-# _dummy_run's capture-run assertion (v1/worker/gpu_model_runner.py:5955-5959)
+# _dummy_run's capture-run assertion (v1/worker/gpu_model_runner.py:5980-5986)
 _MISMATCH = re.compile(r"Cudagraph runtime mode mismatch in dummy_run\. Expected (?:CUDAGraphMode\.)?(\w+)")
 
 
@@ -47,7 +47,3 @@ def resolve_rejected(exc: BaseException) -> str:
     if m := _NO_SIZES.search(text):
         return f"resolve rejected: No valid cudagraph sizes after rounding to multiple of {m.group(1)}"
     return f"resolve rejected: {first_line(exc)}"
-
-
-def config_rejected(exc: BaseException) -> str:
-    return f"config rejected: {first_line(exc)}"

@@ -90,6 +90,7 @@ def activate():
     if _ACTIVE is not None:
         return _ACTIVE
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries --json
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Set explicitly: when unset, _maybe_enable_breakable_cudagraph turns it on for some
     # architectures (config/vllm.py), and every scenario sets its own value anyway.

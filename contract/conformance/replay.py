@@ -41,6 +41,11 @@ class Halt(Exception):
     """vLLM stopped: the text is the model's ``halted`` form."""
 
 
+class CannotBuild(Exception):
+    """vLLM refuses the trace's scenario at start-up (``VllmConfig`` or a ``CudagraphDispatcher``
+    raised), where the model starts: the trace cannot be replayed on this release."""
+
+
 class Session:
     """Once per process: platform, simulated CUDA, spies, config cache, the wrapping block."""
 
@@ -106,10 +111,7 @@ class Session:
         """One observation per event, in ``StepRecord.to_json`` form; stops where vLLM stops."""
         self.reset()
         steps: list[dict] = []
-        try:
-            run = RealRun(self, scenario)
-        except Halt as halt:
-            return [{"event": event_to_json(events[0]), "halted": str(halt)}] if events else []
+        run = RealRun(self, scenario)
         for event in events:
             step = run.apply(event)
             steps.append(step)
@@ -155,8 +157,8 @@ class RealRun:
                 runner.drafter = drafter
             elif scenario.drafter is DrafterKind.WITHOUT_MODEL:
                 runner.drafter = types.SimpleNamespace()  # NgramProposer: no .model, no dispatcher
-        except Exception as exc:  # vLLM refused the configuration at start-up
-            raise Halt(errors.config_rejected(exc)) from exc
+        except Exception as exc:
+            raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
         self.vllm_config = vllm_config
         self.runner = runner
         self.raw: dict[str, object] = {}
@@ -174,7 +176,7 @@ class RealRun:
         return self.runner.model if role == "target" else self.runner.drafter.model
 
     def forward(self, role: str, context: str, runtime_mode, *, batch_descriptor=None, num_tokens=None) -> None:
-        """``with set_forward_context(...): model(...)`` as ``_dummy_run`` (:6158-6175), execute_model
+        """``with set_forward_context(...): model(...)`` as ``_dummy_run`` (:6159-6182), execute_model
         and the proposer (llm_base_proposer.py:593-601, :1658-1680) do it."""
         from vllm.forward_context import get_forward_context, set_forward_context
 
@@ -207,10 +209,10 @@ class RealRun:
 
     def dummy_run(self, context: str, num_tokens: int, cudagraph_runtime_mode=None, *, uniform_decode=False,
                   is_profile=False, is_graph_capturing=False, warmup=False) -> None:
-        """``_dummy_run`` (:5850-6232): dispatch through ``_determine_batch_execution_and_padding``
+        """``_dummy_run`` (:5850-6255): dispatch through ``_determine_batch_execution_and_padding``
         with ``force_eager = is_profile or mode == NONE`` and ``force_uniform_decode``
-        (:5994-6018, dispatch at :3994-4008), the capture-run assertion (:6020-6026), the target
-        forward, then the drafter's ``dummy_run`` with ``use_cudagraphs`` (:6190-6223)."""
+        (:5955-5977, dispatch at :3998-4008), the capture-run assertion (:5980-5986), the target
+        forward (:6159-6182), then the drafter's ``dummy_run`` with ``use_cudagraphs`` (:6204-6230)."""
         from vllm.config import CUDAGraphMode
 
         force_eager = is_profile or cudagraph_runtime_mode == CUDAGraphMode.NONE
@@ -240,7 +242,7 @@ class RealRun:
 
     @contextlib.contextmanager
     def unrecorded(self, warmup: bool):
-        """Warm-up runs (``_warmup_and_capture``, :6952-6967) are NONE dispatches the model does not
+        """Warm-up runs (``_warmup_and_capture``, :6950-6962) are NONE dispatches the model does not
         record; they are kept out of the observation unless something acted on them."""
         if not warmup:
             yield
@@ -255,7 +257,7 @@ class RealRun:
             self.step["dispatches"] = before + acted
 
     def check_and_update_cudagraph_mode(self, is_profiling: bool) -> None:
-        """``_check_and_update_cudagraph_mode`` (:7177-7230), vLLM's own, on the stand-in: the
+        """``_check_and_update_cudagraph_mode`` (:7177-7234), vLLM's own, on the stand-in: the
         minimum attention support, resolve, target keys, then the drafter's keys."""
         gmr = self.session.gpu_model_runner
         backend = self.session.attention_backend(self.scenario.attention_support.name)
@@ -269,7 +271,7 @@ class RealRun:
     def capture_descs(self, context: str, limit: int | None) -> None:
         """``_capture_cudagraphs`` → ``_warmup_and_capture`` per descriptor (:6936-7034): warm-up
         NONE runs, then the capture run ``_dummy_run(is_graph_capturing=True)``. Micro-batched
-        capture needs ``should_ubatch``, which only DP coordination sets (:4021-4035)."""
+        capture needs ``should_ubatch``, which only DP coordination sets (:4022-4033)."""
         cc = self.vllm_config.compilation_config
         for mode, descs in self.runner.cudagraph_dispatcher.get_capture_descs():
             for desc in descs[:limit]:
@@ -286,6 +288,8 @@ class RealRun:
             getattr(self, "on_" + event.kind)(event)
         except Halt as halt:
             self.step["halted"] = str(halt)
+        except AssertionError as exc:  # one of vLLM's assertions stops the engine where it fires
+            self.step["halted"] = errors.normalise(exc)
         return self.step
 
     def on_load_model(self, event: LoadModel) -> None:
@@ -328,8 +332,10 @@ class RealRun:
         return labels
 
     def on_profile_run(self, event: ProfileRun) -> None:
-        """``profile_run`` → ``_dummy_run(max_num_tokens, is_profile=True)`` (:6464-6560): the first
-        forward of target and drafter, where Dynamo compiles under the mode in force now."""
+        """``profile_run`` → ``_dummy_run(max_num_tokens, is_profile=True)`` (:6464-6537, call at
+        :6524-6526): the first forward of target and drafter, where Dynamo compiles under the mode
+        in force now. It dispatches the model's ``PROFILE_NUM_TOKENS``, not ``max_num_tokens``: any
+        count gives NONE here (``force_eager``), and the observation shows the count."""
         for role, raw in self.raw.items():
             for capturer in compiled.compile_model(raw, self.vllm_config):
                 self.recorder.label(capturer, f"{role}:{observe.COMPILED}", observe.COMPILED)
@@ -339,7 +345,7 @@ class RealRun:
         """``profile_cudagraph_memory`` (:6661-6828): the first resolve (``initialize_kv_cache``
         with ``is_profiling=True``), then a capture window over at most two descriptors per mode,
         whose ``finally`` closes the window, clears every graph of both wrapper classes and the
-        target dispatcher's keys (:6794-6807)."""
+        target dispatcher's keys (:6794-6808)."""
         from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
         from vllm.compilation.cuda_graph import CUDAGraphWrapper
         from vllm.compilation.monitor import set_cudagraph_capturing_enabled
@@ -348,7 +354,7 @@ class RealRun:
             self.check_and_update_cudagraph_mode(is_profiling=True)
             dispatcher = self.runner.cudagraph_dispatcher
             if sum(len(descs) for _, descs in dispatcher.get_capture_descs()) == 0:
-                return  # :6682-6685
+                return  # :6679-6682
             try:
                 set_cudagraph_capturing_enabled(True)
                 self.capture_phase = True
@@ -365,7 +371,8 @@ class RealRun:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
 
     def on_resolve(self, event: Resolve) -> None:
-        """``initialize_kv_cache`` → ``_check_and_update_cudagraph_mode`` (gpu_worker.py, :7036-7060)."""
+        """``initialize_kv_cache`` (:7416) → ``initialize_attn_backend`` → ``_check_and_update_cudagraph_mode``
+        (:7131-7135)."""
         try:
             self.check_and_update_cudagraph_mode(is_profiling=False)
         finally:
@@ -403,7 +410,7 @@ class RealRun:
     def on_propose(self, event: Propose) -> None:
         """``propose`` (llm_base_proposer.py:515-601): dispatch, then a forward context with no
         batch descriptor, so the wrappers see ``BatchDescriptor(num_tokens=padded)``
-        (forward_context.py:323-324)."""
+        (forward_context.py:324-325)."""
         drafter = self.drafter
         mode, num_tokens, _ = type(drafter)._determine_batch_execution_and_padding(drafter, event.num_tokens)
         self.forward("drafter", "propose", mode, num_tokens=num_tokens)
@@ -428,7 +435,7 @@ def _label(node) -> str:
 def _descriptor(batch_descriptor, num_tokens: int) -> dict:
     """The forward context's ``BatchDescriptor`` in the model's JSON form; LoRA fields appear only
     when set. A NONE forward context built from ``num_tokens`` alone holds no descriptor
-    (forward_context.py:323-324 substitutes one only for other modes); no wrapper reads it then,
+    (forward_context.py:324-325 substitutes one only for other modes); no wrapper reads it then,
     and it is shown as the ``BatchDescriptor(num_tokens)`` the model shows."""
     if batch_descriptor is None:
         return {"num_tokens": num_tokens, "num_reqs": None, "uniform": False}

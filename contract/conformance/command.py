@@ -1,0 +1,131 @@
+"""``cudagraph-contract conform``: replay traces on the installed vLLM and compare with the model.
+
+Exit 0 when every replayed step agrees, 1 on any disagreement, 2 for bad input or environment
+(one line naming the problem).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPORA = ("full", "covering", "none")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _delegate(vllm: str, argv: list[str]) -> None:
+    """Re-run this command under another interpreter: ``.venv-vllm-VERSION`` or a venv/python path."""
+    target = Path(vllm)
+    if target.is_dir():
+        python = target / "bin" / "python"
+    elif target.is_file():
+        python = target
+    else:
+        python = ROOT / f".venv-vllm-{vllm}" / "bin" / "python"
+        if not python.exists():
+            _fail(f"no environment for vLLM {vllm}: {python.parent.parent} does not exist "
+                  f"(make it with conformance-env/make-env.sh {vllm} {python.parent.parent})")
+    if not python.exists():
+        _fail(f"--vllm {vllm}: no Python interpreter at {python}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    args = [str(python), "-m", "contract.cli", "conform", "--vllm", "auto", *argv]
+    raise typer.Exit(subprocess.run(args, env=env).returncode)
+
+
+def _forwarded_args(traces, corpus, reports, as_json) -> list[str]:
+    argv = []
+    for t in traces or []:
+        argv += ["--traces", str(Path(t).resolve())]
+    argv += ["--corpus", corpus, "--reports", str(Path(reports).resolve())]
+    return argv + (["--json"] if as_json else [])
+
+
+def _trace_paths(traces: list[Path] | None) -> list[Path]:
+    from contract.conformance.corpus import file_traces
+
+    if not traces:
+        return file_traces(ROOT)
+    out: list[Path] = []
+    for t in traces:
+        if t.is_dir():
+            out += sorted(t.rglob("*.json"))
+        elif t.is_file():
+            out.append(t)
+        else:
+            _fail(f"trace {t} does not exist")
+    return out
+
+
+def conform(
+    vllm: str = typer.Option("auto", "--vllm", help="auto: the vLLM installed with this Python. A version "
+                             "(0.30.0) re-runs under .venv-vllm-VERSION; a venv folder or python path re-runs there."),
+    traces: Optional[list[Path]] = typer.Option(
+        None, "--traces",
+        help="A trace file or folder; repeatable. Default: tests/traces, the traces under reports/, and the "
+             "generated set."),
+    corpus: str = typer.Option("full", "--corpus", help="Generated traces replayed with the default corpus: "
+                               "full (every MRV1 scenario), covering (one trace per new observation cell) or none."),
+    reports: Path = typer.Option(ROOT / "reports", "--reports", help="Writes conformance/vllm-<version>.md/.json "
+                                 "and findings.md here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
+
+    Example: [bold]cudagraph-contract conform --vllm 0.30.0[/]
+    """
+    if corpus not in CORPORA:
+        _fail(f"--corpus must be one of {', '.join(CORPORA)}, got {corpus!r}")
+    if vllm != "auto":
+        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json))
+    from contract.conformance.installed import EnvironmentProblem, installed_version, policy_for
+    from contract.policy import load_policy
+    from contract.trace import TraceError, load
+
+    try:
+        version = installed_version()
+        policy = load_policy(policy_for(version))
+    except EnvironmentProblem as exc:
+        _fail(str(exc))
+    files = []
+    for path in _trace_paths(traces):
+        try:
+            files.append((load(path), str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)))
+        except TraceError as exc:
+            _fail(str(exc))
+    from contract.conformance import conform as conformance
+
+    try:
+        run = conformance.run(version, policy, files, corpus if not traces else "none")
+    except conformance.ReplayProblem as exc:
+        _fail(str(exc))
+    from contract.conformance import report
+
+    md = report.write(run, Path(reports))
+    summary = run.summary()
+    if as_json:
+        sys.stdout.write(json.dumps({**summary, "report": str(md),
+                                     "disagreements": [r.to_json() for r in run.disagreeing]}, indent=1) + "\n")
+    else:
+        block = run.block
+        typer.echo(f"vLLM {version}: compared with policy {policy.name}; load_model block {block['where']}: "
+                   + (f"known revision {block['revision']}" if block["revision"]
+                      else f"UNKNOWN revision (sha256 {block['digest'][:16]}), compared by version only"))
+        typer.echo(f"traces: {summary['trace_files']} files ({summary['not_replayed_mrv2']} MRV2 and "
+                   f"{summary['not_replayed_other']} others not replayed), {summary['generated_traces']} generated")
+        pct = f" ({100 * summary['agreement']:.2f}%)" if summary["steps"] else ""
+        typer.echo(f"steps: {summary['agreeing_steps']} of {summary['steps']} agree{pct}")
+        for r in run.disagreeing:
+            typer.echo(f"disagreement: {r.name}: steps {', '.join(str(d.index) for d in r.diffs)}")
+        typer.echo(f"report: {md}")
+    raise typer.Exit(1 if run.disagreeing else 0)

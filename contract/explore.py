@@ -1,0 +1,142 @@
+"""Exhaustive exploration: breadth-first search over the state graph of (scenario, runner state),
+with events as edges, recorded in a networkx ``DiGraph``.
+
+The bound is explicit: every canonical scenario of the policy's runner (one per behaviour class,
+``scenario.canonical_scenarios``), batch sizes abstracted to the classes the dispatcher
+distinguishes (``scenario.NUM_TOKENS_DOMAIN`` against capture sizes (2, 4)), and at most ``depth``
+events. Serving events that replay change no state, so the search usually reaches a fixpoint
+before the bound; the result says which.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from contract.coverage import Cell, cells_of
+from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.policy import Policy
+from contract.properties import PROPERTIES, Violation, check
+from contract.runner import initial_state, step
+from contract.scenario import NUM_TOKENS_DOMAIN, Scenario, canonical_scenarios
+from contract.trace import Trace, record
+
+START_UP = (LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel())
+DEFAULT_DEPTH = 12
+
+
+def alphabet(scenario: Scenario) -> tuple:
+    """Every event the runner could take, batch sizes by class."""
+    q = scenario.uniform_decode_query_len
+    serving = [
+        ExecuteModel(n, uniform, eager)
+        for n in NUM_TOKENS_DOMAIN
+        for uniform in (False, True)
+        if not uniform or n % q == 0
+        for eager in (False, True)
+    ]
+    serving += [Propose(n) for n in NUM_TOKENS_DOMAIN]
+    return START_UP + tuple(serving)
+
+
+@dataclass
+class Exploration:
+    policy: str
+    depth: int
+    scenarios: int
+    states: int = 0
+    transitions: int = 0
+    complete: bool = True  # every reachable state was expanded within the bound
+    seconds: float = 0.0
+    counterexamples: dict[str, Trace] = field(default_factory=dict)  # property -> shortest trace
+    cells: set[Cell] = field(default_factory=set)
+
+    def holds(self, prop: str) -> bool:
+        return prop not in self.counterexamples
+
+    def summary(self, prop: str) -> str:
+        if self.holds(prop):
+            scope = "all reachable states" if self.complete else f"all states up to depth {self.depth}"
+            return f"holds for {scope} ({self.states} states, {self.scenarios} scenario classes)"
+        return f"shortest counterexample: {len(self.counterexamples[prop].events)} events"
+
+
+def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario] | None = None,
+            only: frozenset[str] | None = None, base: Policy | None = None) -> Exploration:
+    """BFS from every scenario's initial state. Level order makes the first violation found for a
+    property a shortest counterexample (ties broken by scenario order, then event order).
+
+    With ``base`` (a mutant's base policy), an edge counts as a violation where the two policies'
+    verdicts differ, as in the Hypothesis machine's lockstep mode.
+    """
+    started = time.perf_counter()
+    scenarios = scenarios if scenarios is not None else canonical_scenarios(policy.runner, policy.config_revision)
+    result = Exploration(policy.name, depth, len(scenarios))
+    wanted = set(only or PROPERTIES) | ({"halt"} if base is not None else set())
+    found: dict[str, tuple[int, object, object, Violation]] = {}
+    for index, scenario in enumerate(scenarios):
+        graph = nx.DiGraph()
+        events = alphabet(scenario)
+        root = ("root",)
+        state = initial_state(scenario, policy)
+        base_state = initial_state(scenario, base) if base is not None else None
+        nodes = {root: (state, base_state)}
+        graph.add_node(root)
+        frontier = deque([(root, 0)])
+        while frontier:
+            node, level = frontier.popleft()
+            state, base_state = nodes[node]
+            if level >= depth:
+                if any(_enabled(scenario, policy, state, e) for e in events):
+                    result.complete = False
+                continue
+            for event in events:
+                if not _enabled(scenario, policy, state, event):
+                    continue
+                new_state, rec = step(scenario, policy, state, event, level)
+                result.transitions += 1
+                violations = check(rec, scenario, policy.runner, only)
+                new_base = None
+                if base is not None:
+                    violations, new_base = _lockstep(scenario, base, base_state, event, level, rec, violations)
+                result.cells |= cells_of(scenario, new_state, rec)
+                child = (new_state, new_base)
+                key = ("s", new_state, new_base)
+                if key not in nodes:
+                    nodes[key] = child
+                    graph.add_edge(node, key, event=event)
+                    frontier.append((key, level + 1))
+                for v in violations:
+                    if v.property in wanted and (v.property not in found or found[v.property][0] > level + 1):
+                        found[v.property] = (level + 1, index, (graph, node, event), v)
+        result.states += len(nodes)
+    for prop, (_, index, (graph, node, event), violation) in sorted(found.items()):
+        scenario = scenarios[index]
+        path = nx.shortest_path(graph, ("root",), node)
+        trail = [graph.edges[a, b]["event"] for a, b in zip(path, path[1:])] + [event]
+        result.counterexamples[prop] = record(
+            scenario, policy, trail, name=f"{policy.name}-{prop}", prop=prop,
+            origin={"engine": "explorer", "depth": depth})
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _enabled(scenario, policy, state, event) -> bool:
+    from contract.runner import enabled
+
+    return enabled(scenario, policy, state, event)
+
+
+def _lockstep(scenario, base, base_state, event, level, rec, violations):
+    """The differences between a mutant's step and its base's (``machine.verdict_difference``),
+    and the base's next state."""
+    from contract.machine import verdict_difference
+
+    if not _enabled(scenario, base, base_state, event):
+        return [Violation("halt", level, f"{event.kind} is possible under the mutant only")], base_state
+    base_state, base_rec = step(scenario, base, base_state, event, level)
+    diff = verdict_difference(violations, check(base_rec, scenario, base.runner), rec, base_rec, base.name)
+    return ([diff] if diff else []), base_state
