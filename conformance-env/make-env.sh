@@ -4,7 +4,9 @@
 # Create (or complete) a CPU venv at DEST in which vLLM VERSION's real Python
 # code for the CUDA-graph dispatch contract runs (see probe.py, FINDINGS.md):
 #   torch==2.13.0, the pinned import closure (constraints.txt, --no-deps),
-#   vllm==VERSION --no-deps, and hypothesis, networkx, pytest.
+#   vllm==VERSION --no-deps, and the project's own CLI/test pins (TOOLS below) so that
+#   `PYTHONPATH=<repo> DEST/bin/python -m contract.cli conform` and pytest run inside it.
+# The project's venvs live at the repo root: .venv-vllm-0.30.0 and .venv-vllm-0.29.0 (gitignored).
 # Idempotent: re-running skips every step whose result is already in place.
 # On failure prints one line "make-env: error: ..." to stderr and exits 2.
 #
@@ -78,10 +80,16 @@ fi
 
 have vllm "$VERSION" || run "pip install vllm==$VERSION --no-deps" "${PIP[@]}" install --no-deps "vllm==$VERSION"
 
-for p in hypothesis networkx pytest; do
-  "$DEST/bin/python" -c "import importlib.metadata as m; m.version('$p')" 2>/dev/null \
-    || run "pip install $p" "${PIP[@]}" install "$p"
+# The project's pins (pyproject.toml); their own dependencies resolve under the closure's pins.
+TOOLS="typer==0.29.2 rich==15.0.0 hypothesis==6.155.2 networkx==3.6.1 pytest==9.0.3"
+need=""
+for pin in $TOOLS; do
+  have "${pin%%==*}" "${pin##*==}" || need="$need $pin"
 done
+if [ -n "$need" ]; then
+  # shellcheck disable=SC2086
+  run "pip install$need" "${PIP[@]}" install -c "$CONSTRAINTS" $need
+fi
 
 # smoke test: the modules probe.py needs import, and the version is right
 run "import check" "$DEST/bin/python" - "$VERSION" <<'EOF'
@@ -94,7 +102,7 @@ for m in ["vllm.config", "vllm.forward_context", "vllm.compilation.cuda_graph",
           "vllm.compilation.breakable_cudagraph", "vllm.compilation.backends",
           "vllm.compilation.decorators", "vllm.v1.cudagraph_dispatcher",
           "vllm.v1.worker.gpu_ubatch_wrapper", "vllm.v1.spec_decode.llm_base_proposer",
-          "hypothesis", "networkx", "pytest"]:
+          "vllm.v1.worker.gpu_model_runner", "typer", "rich", "hypothesis", "networkx", "pytest"]:
     __import__(m)
 print("ok", vllm.__version__, torch.__version__)
 EOF

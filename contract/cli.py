@@ -30,12 +30,10 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
-class BadInput(Exception):
-    """One line for the user; exit code 2."""
-
-
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -68,7 +68,7 @@ class _Lane:
 
 
 def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Policy | None = None,
-                 on_step: Callable | None = None) -> type[RuleBasedStateMachine]:
+                 on_step: Callable | None = None, on_example: Callable | None = None) -> type[RuleBasedStateMachine]:
     """A machine class for one policy, checking the properties in ``only`` (all when None).
 
     ``@initialize`` draws a fleet of scenarios; every rule applies its event to each runner that can
@@ -85,6 +85,8 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
         @initialize(fleet=st.lists(scenarios(policy.runner), min_size=FLEET[0], max_size=FLEET[1]))
         def setup(self, fleet: list[Scenario]) -> None:
             self.lanes = [_Lane(s, policy, base) for s in fleet]
+            if on_example is not None:
+                on_example()
 
         def _apply(self, event) -> bool:
             applied = False
@@ -170,9 +172,18 @@ def verdict_difference(mine: list[Violation], theirs: list[Violation], record, b
 
 
 def run_machine(policy: Policy, settings: Settings, only: frozenset[str] | None = None, seed: int | None = None,
-                base: Policy | None = None, on_step: Callable | None = None) -> ContractViolation | None:
-    """Run the machine; the minimal (shrunk) violation, or None when every example held."""
-    test = get_state_machine_test(make_machine(policy, only, base, on_step), settings=settings)
+                base: Policy | None = None, on_step: Callable | None = None,
+                stats: dict | None = None) -> ContractViolation | None:
+    """Run the machine; the minimal (shrunk) violation, or None when every example held.
+    ``stats["examples"]`` counts the examples Hypothesis ran (shrinking included)."""
+    on_example = None
+    if stats is not None:
+        stats["examples"] = 0
+
+        def on_example():
+            stats["examples"] += 1
+
+    test = get_state_machine_test(make_machine(policy, only, base, on_step, on_example), settings=settings)
     if seed is not None:
         test._hypothesis_internal_use_seed = seed  # what @hypothesis.seed(seed) sets
     try:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.coverage import Cell
-from contract.events import describe_event
+from contract.events import ProfileCudagraphMemory, describe_event
 from contract.expected import STATUS
 from contract.explore import Exploration
 from contract.modes import NONE
@@ -35,7 +35,7 @@ class PolicyResult:
 # The scenario as a vLLM user sets it
 
 
-def user_settings(s: Scenario) -> list[str]:
+def user_settings(s: Scenario, events: list) -> list[str]:
     env = [f"VLLM_USE_V2_MODEL_RUNNER={'1' if s.runner is Runner.MRV2 else '0'}"]
     if s.breakable:
         env.append("VLLM_USE_BREAKABLE_CUDAGRAPH=1")
@@ -49,10 +49,11 @@ def user_settings(s: Scenario) -> list[str]:
         compilation["splitting_ops"] = []
     elif s.splitting_ops is SplittingOps.ATTENTION:
         compilation["splitting_ops"] = "<every attention op, e.g. vllm::unified_attention_with_output>"
+    skips_memory_profile = s.runner is Runner.MRV1 and not any(isinstance(e, ProfileCudagraphMemory) for e in events)
     lines = [
         "```",
         " ".join(env) + " \\",
-        "vllm serve <model> --max-num-seqs 4 \\",
+        "vllm serve <model> --max-num-seqs 4" + (" --kv-cache-memory-bytes <bytes>" if skips_memory_profile else "") + " \\",
         f"  --compilation-config '{json.dumps(compilation)}'" + (" \\" if s.drafter is not DrafterKind.NONE or s.ubatching else ""),
     ]
     if s.drafter is not DrafterKind.NONE:
@@ -186,7 +187,7 @@ def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: i
         "",
         "## Scenario, as a vLLM user sets it",
         "",
-        *user_settings(trace.scenario),
+        *user_settings(trace.scenario, trace.events),
         "",
         "## The events",
         "",
@@ -290,8 +291,9 @@ def load_confirmations(reports: Path) -> dict[tuple[str, str], str]:
     return out
 
 
-def write(out: Path, results: list[PolicyResult]) -> list[Path]:
-    confirmations = load_confirmations(out)
+def write(out: Path, results: list[PolicyResult], conformance_reports: Path | None = None) -> list[Path]:
+    """``conformance_reports`` (default ``out``) holds the committed ``conformance/*.json``."""
+    confirmations = load_confirmations(conformance_reports or out)
     written = []
     for r in results:
         for pid, v in r.verdicts.items():

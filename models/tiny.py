@@ -3,7 +3,7 @@
 Each forward is two compute pieces around an attention-like op, the op vLLM splits a compiled
 graph at (``CompilationConfig._attention_ops``) and breaks a breakable capture at. The op writes
 into a caller-provided output buffer, as ``unified_attention_with_output`` does, and is decorated
-with vLLM's ``eager_break_during_capture`` (``compilation/breakable_cudagraph.py:67-118`` in
+with vLLM's ``eager_break_during_capture`` (``compilation/breakable_cudagraph.py:66-119`` in
 0.30.0), imported lazily so this module imports without vLLM. Inputs come from static buffers the
 model owns, sliced per batch like the runner's persistent ``input_ids`` buffer, so a replay sees
 the addresses its capture saw.

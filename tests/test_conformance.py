@@ -106,39 +106,56 @@ main()
 NESTED = ROOT / "tests" / "traces" / "v030-nested-full-over-breakable.json"
 
 
+def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
+    out = {
+        "conform": [python, "-m", "contract.cli", "conform", "--json", "--reports", reports],
+        "modes": [python, "-m", "contract.conformance.modes_table"],
+    }
+    if version == VERSIONS[0]:
+        out["mutant"] = [python, "-c", MUTANT, NESTED]
+        out["cannot-build"] = [python, "-c", CANNOT_BUILD, NESTED, reports / "cannot-build"]
+    return out
+
+
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    """Every subprocess of this module, started at once and awaited on first use."""
-    started: dict[tuple[str, str], tuple[subprocess.Popen, Path]] = {}
-    for version in VERSIONS:
+    """The module's subprocesses. Run alone, pytest starts them all at once (one core each while
+    they last); under pytest-xdist each job runs once for all workers, under a file lock in the
+    workers' shared temporary folder, when a test first needs it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp()
+    shared = (shared.parent if worker else shared) / "conformance-jobs"
+    shared.mkdir(parents=True, exist_ok=True)
+    started: dict[tuple[str, str], subprocess.Popen] = {}
+
+    def start(name: str, version: str) -> subprocess.Popen:
         python = venv_python(version)
-        if python is None:
-            continue
-        reports = tmp_path_factory.mktemp(f"reports-{version}")
-        commands = {
-            "conform": [python, "-m", "contract.cli", "conform", "--json", "--reports", reports],
-            "modes": [python, "-m", "contract.conformance.modes_table"],
-        }
-        if version == VERSIONS[0]:
-            commands["mutant"] = [python, "-c", MUTANT, NESTED]
-            commands["cannot-build"] = [python, "-c", CANNOT_BUILD, NESTED, reports / "cannot-build"]
-        for name, argv in commands.items():
-            proc = subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env(), text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            started[(name, version)] = (proc, reports)
-    done: dict = {}
+        argv = commands(version, python, shared / f"reports-{version}")[name]
+        return subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    if not worker:
+        for version in VERSIONS:
+            if venv_python(version) is not None:
+                for name in commands(version, Path(), Path()):
+                    started[(name, version)] = start(name, version)
 
     def result(name: str, version: str):
+        import fcntl
+
         require(version)
-        key = (name, version)
-        if key not in done:
-            proc, reports = started[key]
-            out, err = proc.communicate(timeout=TIMEOUT)
-            done[key] = (proc.returncode, out, err, reports)
-        return done[key]
+        done = shared / f"{name}-{version}.json"
+        with open(shared / f"{name}-{version}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                proc = started.pop((name, version), None) or start(name, version)
+                out, err = proc.communicate(timeout=TIMEOUT)
+                done.write_text(json.dumps([proc.returncode, out, err]))
+        rc, out, err = json.loads(done.read_text())
+        return rc, out, err, shared / f"reports-{version}"
 
     yield result
-    for proc, _ in started.values():
+    for proc in started.values():
         if proc.poll() is None:
             proc.kill()
 

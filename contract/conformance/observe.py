@@ -33,7 +33,6 @@ class Call:
     capture_depth: int | None = None  # open captures around its first capture_begin
     replayed_mode: str | None = None  # mode the replayed graph was captured under
     error: str | None = None
-    events: int = 0
 
 
 @dataclass
@@ -42,7 +41,6 @@ class Recorder:
     active: list[Call] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     ran_eager: bool = False
-    graph_events: int = 0
     runtime_mode: str = "NONE"
 
     def label(self, wrapper: object, label: str, kind: str) -> None:
@@ -50,7 +48,7 @@ class Recorder:
 
     def start(self, runtime_mode: str) -> None:
         self.calls, self.active = [], []
-        self.ran_eager, self.graph_events, self.runtime_mode = False, 0, runtime_mode
+        self.ran_eager, self.runtime_mode = False, runtime_mode
 
     def enter(self, wrapper: object) -> Call:
         label, kind = self.labels.get(id(wrapper), (f"?:{type(wrapper).__name__}", type(wrapper).__name__))
@@ -68,7 +66,6 @@ class Recorder:
             call.error = normalise(exc)
 
     def graph_event(self, kind: str, graph: SimGraph) -> None:
-        self.graph_events += 1
         if kind == "end":
             return
         if not self.active:  # a graph event outside any wrapper: shown, never dropped
@@ -76,7 +73,6 @@ class Recorder:
             owner = self.calls[-1]
         else:
             owner = self.active[-1]
-        owner.events += 1
         if kind == "begin":
             graph.tag = self.runtime_mode
             if owner.capture_depth is None:

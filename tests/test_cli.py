@@ -1,0 +1,119 @@
+"""The command line: exit codes, and one line for every kind of bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from contract.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests" / "traces" / "lead3-drafter-capture-outside-window.json"
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, needle):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert needle in lines[0], lines[0]
+
+
+def test_replay_matches_and_exits_zero():
+    result = invoke("replay", TRACE)
+    assert result.exit_code == 0, result.output
+    assert "P4" in result.output
+
+
+def test_replay_json():
+    data = json.loads(invoke("replay", TRACE, "--json").output)
+    assert [v["property"] for v in data["violations"]] == ["P4"]
+
+
+def test_replay_under_another_policy_reports_the_difference():
+    result = invoke("replay", TRACE, "--policy", "pr56312_draft")
+    assert result.exit_code == 1
+
+
+def _trace(tmp_path, mutate):
+    data = json.loads(TRACE.read_text())
+    mutate(data)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+BAD_TRACES = {
+    "unknown mode name": (lambda d: d["scenario"].update(cudagraph_mode="FULL_PIECEWISE"), "unknown CUDAGraphMode"),
+    "unknown schema version": (lambda d: d.update(version=99), "version 99 is not supported"),
+    "wrong schema": (lambda d: d.update(schema="other"), "not a cudagraph-contract.trace file"),
+    "missing field": (lambda d: d.pop("events"), "missing field 'events'"),
+    "unknown event": (lambda d: d["events"].append({"event": "warmup"}), "unknown event 'warmup'"),
+    "bad num_tokens": (lambda d: d["events"].append({"event": "propose", "num_tokens": -1}), "positive integer"),
+    "unknown scenario field": (lambda d: d["scenario"].update(tp=2), "unknown scenario field"),
+    "impossible order": (lambda d: d["events"].insert(0, {"event": "capture_model"}), "cannot happen"),
+    "invalid scenario": (lambda d: d["scenario"].update(drafter="NONE"), "invalid scenario"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_TRACES))
+def test_bad_trace_is_one_line_and_exit_2(tmp_path, kind):
+    mutate, needle = BAD_TRACES[kind]
+    one_line_error(invoke("replay", _trace(tmp_path, mutate)), needle)
+
+
+def test_malformed_and_truncated_json(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text(TRACE.read_text()[:200])
+    one_line_error(invoke("replay", broken), "is not valid JSON")
+    one_line_error(invoke("replay", tmp_path / "missing.json"), "does not exist")
+
+
+def test_huge_trace_is_refused(tmp_path):
+    huge = tmp_path / "huge.json"
+    huge.write_text(" " * (5 * 1024 * 1024))
+    one_line_error(invoke("replay", huge), "larger than")
+
+
+def test_unknown_policy_name():
+    one_line_error(invoke("verify", "--policy", "vllm_0_31"), "unknown policy 'vllm_0_31'")
+
+
+def test_policy_file_that_fails_to_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import not_a_module_anywhere\n")
+    one_line_error(invoke("verify", "--policy", bad), "failed to import")
+
+
+def test_policy_file_without_the_interface(tmp_path):
+    bad = tmp_path / "empty.py"
+    bad.write_text("X = 1\n")
+    one_line_error(invoke("verify", "--policy", bad), "defines no load_model")
+
+
+def test_unknown_profile():
+    one_line_error(invoke("verify", "--profile", "nightly"), "unknown profile 'nightly'")
+
+
+def test_user_policy_with_a_counterexample_exits_1(tmp_path):
+    mine = tmp_path / "my_branch.py"
+    mine.write_text(
+        "from contract.api import *\n\n"
+        "def load_model(ctx):\n"
+        "    return Stacks(ctx.model, ctx.drafter_model)  # forgets every wrapper\n"
+    )
+    result = invoke("explore", "--policy", mine, "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.output)["my_branch"]["verdicts"]["P1"] is not None
+
+
+def test_help_works_without_vllm():
+    out = subprocess.run([sys.executable, "-m", "contract.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and "verify" in out.stdout

@@ -1,0 +1,33 @@
+"""The exhaustive explorer agrees with the Hypothesis verdicts: for every built-in policy the same
+properties fail (the verdict test pins Hypothesis to the same table), every killable mutant is
+killed and every equivalent one is not; shortest counterexamples are never longer than shrunk ones."""
+
+import pytest
+
+from contract.expected import FAILS
+from contract.explore import explore
+from contract.mutants import MUTANTS
+from contract.policy import BUILT_IN, load_policy
+from contract.properties import PROPERTIES
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_explorer_verdicts_match_the_expected_table(name):
+    result = explore(load_policy(name))
+    assert result.complete, "the state graph should reach a fixpoint within the default depth"
+    assert {p for p in PROPERTIES if not result.holds(p)} == FAILS[name]
+    for prop, trace in result.counterexamples.items():
+        assert trace.property == prop and prop in {v["property"] for v in trace.expected_violations}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_explorer_kills_exactly_the_killable_mutants(mutant):
+    result = explore(mutant.policy(), base=load_policy(mutant.base), first_only=True)
+    assert bool(result.counterexamples) == (not mutant.equivalent)
+
+
+def test_depth_bound_is_reported():
+    result = explore(load_policy("vllm_0_30"), depth=3)
+    assert not result.complete
+    assert "P1" in result.counterexamples  # 3 events: load_model, profile_run, profile_cudagraph_memory
+    assert "P4" not in result.counterexamples  # needs 5
