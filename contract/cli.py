@@ -71,6 +71,7 @@ def verify(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write one JSON trace per counterexample into this folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify its load_model wrapping block, as the known revision it is or run as a policy."),
 ) -> None:
     """Run the Hypothesis state machine against each policy and print the verdict table.
 
@@ -80,7 +81,18 @@ def verify(
     from contract.verify import verify_policy
 
     settings = _settings(profile)
-    policies = _policies(policy)
+    # --vllm-src alone verifies just that tree; with --policy, both.
+    policies = _policies(policy) if policy or vllm_src is None else []
+    if vllm_src is not None:
+        from contract import branch
+
+        try:
+            found = branch.load(vllm_src)
+        except PolicyError as exc:
+            _fail(str(exc))
+        if not quiet:
+            (err if as_json else out).print(found.recognised, soft_wrap=True)
+        policies.append(found.policy)
     results = {}
     with _progress(len(policies), "verifying", quiet or as_json) as advance:
         for p in policies:

@@ -1,9 +1,7 @@
 """The expected verdict table of the built-in policies: verdicts are data, checked by the tests.
 
 ``FAILS`` lists, per policy, the properties it is expected to violate. Every other property is
-expected to hold. ``STATUS`` says how each expected failure is known: ``replayed`` means the
-real-code replay (``cudagraph-contract conform``) observed it on the named vLLM release; ``reading``
-means it follows from the model and the spec's reading of the code and has not been run on vLLM.
+expected to hold.
 """
 
 from __future__ import annotations
@@ -23,15 +21,11 @@ FAILS: dict[str, frozenset[str]] = {
     "mrv2": frozenset({"P1"}),
 }
 
-# (policy, property) -> "replayed on vLLM X" or "reading"; filled in from the conformance replay.
+# Why a counterexample cannot be confirmed on real code. Counterexamples against released vLLM
+# are confirmed by `cudagraph-contract conform`, whose reports/conformance/*.json the reports read.
 STATUS: dict[tuple[str, str], str] = {
-    ("vllm_0_29", "P1"): "reading",
-    ("vllm_0_29", "P3"): "reading",
-    ("vllm_0_29", "P4"): "reading",
-    ("pr56312_draft", "P1"): "reading (never released: no real code to replay)",
-    ("vllm_0_30", "P1"): "reading",
-    ("vllm_0_30", "P4"): "reading",
-    ("mrv2", "P1"): "reading (MRV2 is not replayed)",
+    ("pr56312_draft", "P1"): "reading: the draft revision was never released, there is no real code to replay",
+    ("mrv2", "P1"): "reading: the conformance replay covers MRV1 only",
 }
 
 

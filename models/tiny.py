@@ -37,12 +37,14 @@ def breakable_attention() -> Callable[[torch.Tensor, torch.Tensor], None]:
 
 
 class TinyModel(torch.nn.Module):
-    def __init__(self, name: str, max_num_tokens: int, attention_op: Callable | None = None) -> None:
+    def __init__(self, name: str, max_num_tokens: int, attention_op: Callable | None = None,
+                 device: torch.device | str = "cpu") -> None:
         super().__init__()
         self.name = name
-        self.weight = torch.nn.Parameter(torch.eye(HIDDEN_SIZE) * 0.5, requires_grad=False)
-        self.input_ids = torch.zeros(max_num_tokens, HIDDEN_SIZE)  # static input buffer
-        self.attn_output = torch.zeros(max_num_tokens, HIDDEN_SIZE)  # the op's output buffer
+        # float32 throughout: a replay is compared with the eager forward at relative error 1e-6.
+        self.weight = torch.nn.Parameter(torch.eye(HIDDEN_SIZE, device=device) * 0.5, requires_grad=False)
+        self.input_ids = torch.zeros(max_num_tokens, HIDDEN_SIZE, device=device)  # static input buffer
+        self.attn_output = torch.zeros(max_num_tokens, HIDDEN_SIZE, device=device)  # the op's output buffer
         self.attention = attention_op or attention
         self.on_compute: Callable[[], None] | None = None
         # The compiled graph once vLLM's backend has split and wrapped it; None runs eagerly.

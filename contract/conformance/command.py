@@ -43,8 +43,8 @@ def _delegate(vllm: str, argv: list[str]) -> None:
     raise typer.Exit(subprocess.run(args, env=env).returncode)
 
 
-def _forwarded_args(traces, corpus, reports, as_json) -> list[str]:
-    argv = []
+def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim") -> list[str]:
+    argv = ["--device", device]
     for t in traces or []:
         argv += ["--traces", str(Path(t).resolve())]
     argv += ["--corpus", corpus, "--reports", str(Path(reports).resolve())]
@@ -79,6 +79,8 @@ def conform(
     reports: Path = typer.Option(ROOT / "reports", "--reports", help="Writes conformance/vllm-<version>.md/.json "
                                  "and findings.md here."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    device: str = typer.Option("cpu-sim", "--device", help="cpu-sim: simulated CUDA graphs on CPU. cuda: real "
+                               "CUDA graphs, each replay's output checked against eager (contract/conformance/device.py)."),
 ) -> None:
     """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
 
@@ -86,8 +88,20 @@ def conform(
     """
     if corpus not in CORPORA:
         _fail(f"--corpus must be one of {', '.join(CORPORA)}, got {corpus!r}")
+    from contract.conformance import device as device_mod
+
+    if device not in device_mod.DEVICES:
+        _fail(f"--device must be one of {', '.join(device_mod.DEVICES)}, got {device!r}")
     if vllm != "auto":
-        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json))
+        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json, device))
+    if device == "cuda":
+        try:
+            device_mod.require_cuda()
+        except device_mod.DeviceProblem as exc:
+            _fail(str(exc))
+        from contract.conformance import simcuda
+
+        simcuda.DEVICE = "cuda"
     from contract.conformance.installed import EnvironmentProblem, installed_version, policy_for
     from contract.policy import load_policy
     from contract.trace import TraceError, load
@@ -111,8 +125,14 @@ def conform(
         _fail(str(exc))
     from contract.conformance import report
 
+    checks = None
+    if device == "cuda":
+        device_mod.reconcile(run)
+        checks = device_mod.CHECKS.summary()
     md = report.write(run, Path(reports))
-    summary = run.summary()
+    summary = {**run.summary(), "device": device}
+    if checks is not None:
+        summary["device_checks"] = checks
     if as_json:
         sys.stdout.write(json.dumps({**summary, "report": str(md),
                                      "disagreements": [r.to_json() for r in run.disagreeing]}, indent=1) + "\n")
@@ -127,5 +147,8 @@ def conform(
         typer.echo(f"steps: {summary['agreeing_steps']} of {summary['steps']} agree{pct}")
         for r in run.disagreeing:
             typer.echo(f"disagreement: {r.name}: steps {', '.join(str(d.index) for d in r.diffs)}")
+        if checks is not None:
+            typer.echo(f"cuda: {checks['graphs_captured']} graphs captured, {checks['replays_checked']} replays "
+                       f"checked against eager, {len(checks['failures'])} device check failures")
         typer.echo(f"report: {md}")
-    raise typer.Exit(1 if run.disagreeing else 0)
+    raise typer.Exit(1 if run.disagreeing or (checks and checks["failures"]) else 0)

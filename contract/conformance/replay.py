@@ -18,7 +18,7 @@ import contextlib
 import gc
 import types
 
-from contract.conformance import compiled, errors, observe, platform, wrapping
+from contract.conformance import compiled, device, errors, observe, platform, wrapping
 from contract.conformance.observe import Recorder
 from contract.conformance.simcuda import SimCuda
 from contract.conformance.vllm_config import MAX_NUM_BATCHED_TOKENS, ConfigCache
@@ -55,6 +55,9 @@ class Session:
         from vllm.v1.worker import gpu_model_runner
 
         self.version = vllm.__version__
+        from contract.conformance import simcuda
+
+        self.device = simcuda.DEVICE
         self.gpu_model_runner = gpu_model_runner
         self.block = wrapping.load(gpu_model_runner)
         self.configs = ConfigCache()
@@ -140,7 +143,7 @@ class RealRun:
                 compilation_config=vllm_config.compilation_config,
                 parallel_config=vllm_config.parallel_config,
                 speculative_config=speculative_config,
-                device=torch.device("cpu"),
+                device=torch.device("cuda" if session.device == "cuda" else "cpu"),
                 max_num_reqs=vllm_config.scheduler_config.max_num_seqs,
                 kv_cache_config=None,  # read by resolve only for Mamba layers
                 uniform_decode_query_len=1 + vllm_config.num_speculative_tokens,
@@ -188,8 +191,11 @@ class RealRun:
         with set_forward_context(None, self.vllm_config, num_tokens=num_tokens,
                                  cudagraph_runtime_mode=runtime_mode, batch_descriptor=batch_descriptor):
             seen = get_forward_context().batch_descriptor
+            output = None
+            if self.session.device == "cuda":
+                device.before_forward(raw, num_tokens)
             try:
-                self.model_of(role)(input_ids=raw.input_ids[:num_tokens])
+                output = self.model_of(role)(input_ids=raw.input_ids[:num_tokens])
             except Exception as exc:
                 error = errors.normalise(exc)
         dispatch = {
@@ -203,6 +209,8 @@ class RealRun:
         }
         if error:
             dispatch["error"] = error
+        if self.session.device == "cuda":
+            device.after_forward(raw, num_tokens, output, dispatch)
         self.step.setdefault("dispatches", []).append(dispatch)
         if error:
             raise Halt(error)
@@ -299,7 +307,8 @@ class RealRun:
         for role, name in (("target", "model"), ("drafter", "drafter.model")):
             if role == "drafter" and self.drafter is None:
                 continue
-            raw = TinyModel(name, MAX_NUM_BATCHED_TOKENS, attention_op=breakable_attention())
+            raw = TinyModel(name, MAX_NUM_BATCHED_TOKENS, attention_op=breakable_attention(),
+                            device=self.runner.device)
             raw.on_compute = self.recorder.compute_ran
             self.raw[role] = raw
             if role == "target":
