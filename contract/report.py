@@ -115,7 +115,7 @@ def responsible_lines(prop: str, scenario: Scenario, d: Dispatch | None) -> list
 # Mermaid: the stacks with the dispatch path
 
 
-def mermaid(stacks: dict[str, str], d: Dispatch | None, prop: str) -> list[str]:
+def mermaid(stacks: dict[str, str], d: Dispatch | None) -> list[str]:
     lines = ["```mermaid", "flowchart LR"]
     for role, text in stacks.items():
         names = text.split(" -> ")
@@ -133,16 +133,13 @@ def mermaid(stacks: dict[str, str], d: Dispatch | None, prop: str) -> list[str]:
         for a, b in zip(ids, ids[1:]):
             lines.append(f"  {a} --> {b}")
         if d is not None and d.role == role:
-            acting = [a for a in d.acting]
-            if not acting and d.runtime_mode != NONE:
+            if not d.acting and d.runtime_mode != NONE:
                 lines.append(f'  {role}miss(("no capturer:<br/>{d.runtime_mode.name} runs eager"))')
                 lines.append(f"  {ids[-1]} -.- {role}miss")
                 lines.append(f"  style {role}miss fill:#fdd,stroke:#c00")
             for node_id, name in zip(ids, names):
-                action = acted.get(name)
-                if action in (Action.CAPTURED, Action.REPLAYED, Action.RAISED):
-                    colour = "#fdd,stroke:#c00" if (prop in ("P1", "P3", "P4", "P5") and (len(acting) > 1 or action is Action.RAISED or prop == "P3")) else "#dfd,stroke:#070"
-                    lines.append(f"  style {node_id} fill:{colour}")
+                if acted.get(name) in (Action.CAPTURED, Action.REPLAYED, Action.RAISED):
+                    lines.append(f"  style {node_id} fill:#fdd,stroke:#c00")  # implicated in the violation
             extra = [a for a in d.acting if a.layer.endswith(":compiled")]
             for a in extra:
                 lines.append(f'  {role}c["compiled PIECEWISE wrappers<br/>{a.action.value}"]')
@@ -202,7 +199,7 @@ def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: i
     lines += ["", "## Wrapper stacks and the dispatch path", ""]
     if d is not None:
         lines += [f"Dispatch at step {step_index}: {dispatch_summary(d)}", ""]
-    lines += mermaid(stacks, d, prop)
+    lines += mermaid(stacks, d)
     lines += ["", "## vLLM 0.33.0 lines responsible", ""]
     lines += [f"- {x}" for x in responsible_lines(prop, trace.scenario, d)]
     lines.append("")

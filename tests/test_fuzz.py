@@ -1,0 +1,24 @@
+"""Long fuzzing campaigns run on existing tools: each built-in policy's machine, checking the
+properties it is expected to hold, is a plain unittest ``TestCase`` that pytest-xdist spreads over
+cores and HypoFuzz can drive:
+
+    .venv/bin/python -m pytest -n 16 --hypothesis-profile=thorough tests/test_fuzz.py
+    hypothesis fuzz -- tests/test_fuzz.py        # with `pip install hypofuzz`
+
+Under the CI profile they run as ordinary tests."""
+
+from contract.expected import FAILS
+from contract.machine import make_machine
+from contract.policy import load_policy
+from contract.properties import PROPERTIES
+
+
+def _holding(name: str):
+    machine = make_machine(load_policy(name), only=frozenset(PROPERTIES) - FAILS[name])
+    return machine.TestCase
+
+
+TestVllm029Holds = _holding("vllm_0_29")
+TestPr56312DraftHolds = _holding("pr56312_draft")
+TestVllm030Holds = _holding("vllm_0_30")
+TestMrv2Holds = _holding("mrv2")

@@ -1,0 +1,122 @@
+"""``verify --vllm-src``: a vLLM tree's own ``load_model`` wrapping block, recognised or run as a policy.
+
+The trees are the installed releases of ``.venv-vllm-*`` (made by ``make test``); without them the
+tests skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from contract import branch
+from contract.cli import app
+from contract.explore import explore
+from contract.policy import load_policy
+from contract.properties import PROPERTIES
+from contract.scenario import ConfigRevision
+
+ROOT = Path(__file__).resolve().parents[1]
+NEEDED = (branch.RUNNER_FILE, branch.CUDA_GRAPH_FILE, branch.BREAKABLE_FILE, branch.CONFIG_FILE)
+# The second `if` of 0.30.0's block (gpu_model_runner.py:5477-5480), the one #56312 split from the
+# breakable branch; `elif` puts back 0.29.0's "breakable replaces the FULL wrapper".
+SECOND_IF = "\n        if (\n            cudagraph_mode.has_full_cudagraphs()"
+runner = CliRunner()
+
+
+def installed(version: str) -> Path:
+    found = sorted((ROOT / f".venv-vllm-{version}" / "lib").glob("python3*/site-packages/vllm"))
+    if not found:
+        message = f".venv-vllm-{version} is missing: make it with conformance-env/make-env.sh {version} .venv-vllm-{version}"
+        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found[0]
+
+
+def copy_tree(pkg: Path, dest: Path, files=NEEDED) -> Path:
+    for rel in files:
+        (dest / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pkg / rel, dest / "vllm" / rel)
+    return dest
+
+
+def verify(*args):
+    return runner.invoke(app, ["verify", *map(str, args)])
+
+
+def one_line_error(result, needle):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.output
+
+
+@pytest.mark.parametrize("version, policy", [("0.30.0", "vllm_0_30"), ("0.29.0", "vllm_0_29")])
+def test_installed_release_is_recognised(version, policy):
+    pkg = installed(version)
+    found = branch.load(pkg)
+    assert (found.release, found.policy.name) == (version, policy)
+    result = verify("--vllm-src", pkg, "--json")
+    assert result.exit_code == 0, result.output
+    assert f"recognised as vLLM {version}'s wrapping block (policy {policy})" in result.output
+    assert policy in json.loads(result.output[result.output.index("{"):])
+
+
+def test_elif_restored_is_unknown_and_caught(tmp_path):
+    tree = copy_tree(installed("0.30.0"), tmp_path / "elif-branch")
+    path = tree / "vllm" / branch.RUNNER_FILE
+    source = path.read_text()
+    assert source.count(SECOND_IF) == 1
+    path.write_text(source.replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
+
+    found = branch.load(tree)
+    assert found.release is None and found.policy.name == "branch@elif-branch"
+    # Against 0.30.0 in lockstep: the regression shows where the two differ, not only where
+    # 0.30.0 already fails.
+    assert explore(found.policy, base=load_policy("vllm_0_30"), first_only=True).counterexamples
+
+    result = verify("--vllm-src", tree, "--json")
+    assert result.exit_code == 1, result.output
+    assert "unknown revision, run as a policy" in result.output
+    verdicts = json.loads(result.output[result.output.index("{"):])["branch@elif-branch"]
+    assert not verdicts["P1"]["holds"]
+
+
+@pytest.mark.parametrize("version, policy", [("0.30.0", "vllm_0_30")])
+def test_block_run_as_a_policy_matches_the_built_in(version, policy):
+    found = branch.load(installed(version), as_policy=True)
+    assert found.release is None and found.policy.config_revision is ConfigRevision.V0_30
+    mine, built_in = explore(found.policy), explore(load_policy(policy))
+    assert (mine.states, mine.transitions) == (built_in.states, built_in.transitions)
+    for pid in PROPERTIES:
+        assert mine.holds(pid) == built_in.holds(pid), pid
+        if not mine.holds(pid):
+            a, b = mine.counterexamples[pid], built_in.counterexamples[pid]
+            assert (a.scenario, a.events, a.expected_steps) == (b.scenario, b.events, b.expected_steps), pid
+
+
+def test_0_29_block_reads_as_0_29(tmp_path):
+    """0.29.0's classes: no runtime_mode on the breakable wrapper, unwrap() does not recurse."""
+    pkg = installed("0.29.0")
+    found = branch.load(pkg, as_policy=True)
+    assert found.policy.config_revision is ConfigRevision.V0_29
+    ctx = branch.LoadContext(branch.CUDAGraphMode.FULL, True, False, branch.stack.RawModel(),
+                             branch.stack.RawModel("drafter.model"))
+    assert found.policy.load_model(ctx) == load_policy("vllm_0_29").load_model(ctx)
+
+
+def test_tree_without_mrv1_runner(tmp_path):
+    (tmp_path / "vllm" / "v1" / "worker").mkdir(parents=True)
+    one_line_error(verify("--vllm-src", tmp_path), "no Model Runner V1 in this tree (vLLM 0.34+)")
+
+
+def test_call_the_branch_class_refuses(tmp_path):
+    """0.30.0's block (runtime_mode=PIECEWISE) on 0.29.0's breakable class is refused up front."""
+    tree = copy_tree(installed("0.30.0"), tmp_path / "mixed")
+    shutil.copy(installed("0.29.0") / branch.BREAKABLE_FILE, tree / "vllm" / branch.BREAKABLE_FILE)
+    path = tree / "vllm" / branch.RUNNER_FILE
+    path.write_text(path.read_text().replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
+    one_line_error(verify("--vllm-src", tree), "does not match the branch's class")
