@@ -94,7 +94,7 @@ def event_from_json(data: dict) -> Event:
     if not isinstance(data, dict) or "event" not in data:
         raise ValueError("each event must be an object with an 'event' name")
     name = data["event"]
-    cls = EVENT_TYPES.get(name)
+    cls = EVENT_TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"unknown event {name!r}; expected one of: {', '.join(EVENT_TYPES)}")
     args = {k: v for k, v in data.items() if k != "event"}

@@ -54,7 +54,7 @@ def scenarios(draw, runner: Runner = Runner.MRV1) -> Scenario:
     )
 
 
-FLEET = (1, 8)  # runners per example: min and max
+FLEET = (1, 12)  # runners per example: min and max
 
 
 class _Lane:

@@ -29,7 +29,9 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +122,18 @@ def from_module(module, name: str, source: str) -> Policy:
     )
 
 
+IMPORT_TIMEOUT_S = 10.0
+
+
+class _ImportTimeout(BaseException):
+    """Raised by SIGALRM inside a policy file's import; a BaseException so the file cannot catch it
+    with ``except Exception``."""
+
+
+def _import_timed_out(signum, frame):
+    raise _ImportTimeout
+
+
 def load_policy(spec: str) -> Policy:
     """A built-in name, or a path to a ``.py`` file defining ``load_model``."""
     if spec in BUILT_IN:
@@ -134,11 +148,23 @@ def load_policy(spec: str) -> Policy:
     module_name = f"_contract_user_policy_{digest}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
+    # A policy file that never finishes importing would hang every command; SIGALRM interrupts it
+    # (Unix, main thread only: elsewhere the import runs unguarded).
+    guarded = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    if guarded:
+        previous = signal.signal(signal.SIGALRM, _import_timed_out)
+        signal.setitimer(signal.ITIMER_REAL, IMPORT_TIMEOUT_S)
     try:
         loader_spec.loader.exec_module(module)
+    except _ImportTimeout:
+        raise PolicyError(f"policy file {spec} did not finish importing within {IMPORT_TIMEOUT_S:g} s") from None
     except BaseException as exc:  # noqa: BLE001 - user code: report any failure as bad input
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise PolicyError(f"policy file {spec} failed to import: {type(exc).__name__}: {exc}") from None
+    finally:
+        if guarded:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     sys.modules.setdefault(module_name, module)
     return from_module(module, path.stem, str(path))

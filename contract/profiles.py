@@ -17,7 +17,7 @@ _COMMON = dict(
 )
 
 PROFILES = {
-    "ci": settings(derandomize=True, database=None, max_examples=300, stateful_step_count=6, **_COMMON),
+    "ci": settings(derandomize=True, database=None, max_examples=500, stateful_step_count=6, **_COMMON),
     "dev": settings(max_examples=150, stateful_step_count=12, database=None, **_COMMON),
     "thorough": settings(max_examples=5000, stateful_step_count=25, database=None, **_COMMON),
 }

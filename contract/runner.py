@@ -72,10 +72,6 @@ class RunnerState:
     use_breakable_cg: bool = False  # MRV2 manager
     halted: str | None = None
 
-    @property
-    def serving(self) -> bool:
-        return self.captured and self.halted is None
-
 
 def initial_state(scenario: Scenario, policy: Policy) -> RunnerState:
     """``VllmConfig.__post_init__`` and the runner's constructor: dispatchers built, keys empty."""
@@ -172,7 +168,7 @@ class _Walk:
         elif self.depth == 0:
             self.ran_eager = True
 
-    def _act(self, layer, kind, layer_mode, inner, index, breakable, validate=True) -> None:
+    def _act(self, layer, kind, layer_mode, inner, index, breakable) -> None:
         key = self.policy.entry_key(kind.value, self.mode, self.desc)
         entry = None if key is None else self._entry(layer, key)
         if entry is not None:
@@ -182,7 +178,7 @@ class _Walk:
             return
         # validate_cudagraph_capturing_enabled (compilation/monitor.py:101-110), then, for the
         # breakable wrapper, BreakableCUDAGraphCapture.__enter__ (breakable_cudagraph.py:161-166).
-        if validate and not self.state.capturing_enabled:
+        if not self.state.capturing_enabled:
             self.actions.append(LayerAction(layer, kind, layer_mode, Action.RAISED, error=CAPTURE_GUARD_ERROR))
             self.error = CAPTURE_GUARD_ERROR
             return

@@ -135,7 +135,7 @@ def loads(text: str, source: str = "<trace>") -> Trace:
     try:
         scenario = Scenario.from_json(data["scenario"])
         events = [event_from_json(e) for e in data["events"]]
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise TraceError(f"{source}: {exc}") from None
     prop = data.get("property")
     if prop is not None and prop not in PROPERTIES:
@@ -143,6 +143,11 @@ def loads(text: str, source: str = "<trace>") -> Trace:
     expected = data.get("expected") or {}
     if not isinstance(expected, dict):
         raise TraceError(f"{source}: 'expected' must be an object")
+    for key in ("violations", "steps"):
+        if not isinstance(expected.get(key) or [], list):
+            raise TraceError(f"{source}: 'expected.{key}' must be a list")
+    if not isinstance(data.get("origin") or {}, dict):
+        raise TraceError(f"{source}: 'origin' must be an object")
     return Trace(
         scenario=scenario,
         policy=str(data["policy"]),
