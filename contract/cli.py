@@ -93,10 +93,15 @@ def verify(
         if not quiet:
             (err if as_json else out).print(found.recognised, soft_wrap=True)
         policies.append(found.policy)
-    results = {}
+    from contract.explore import explore as run_explore
+
+    results, coverage = {}, {}
     with _progress(len(policies), "verifying", quiet or as_json) as advance:
         for p in policies:
-            results[p.name] = verify_policy(p, settings, seed)
+            cells: set = set()
+            results[p.name] = verify_policy(p, settings, seed, cells=cells)
+            reachable = run_explore(p).cells
+            coverage[p.name] = (len(cells & reachable), len(reachable))
             advance()
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
@@ -108,6 +113,7 @@ def verify(
         payload = {
             name: {pid: {"holds": v.holds, "expected": v.expected, "length": v.length, "message": v.message}
                    for pid, v in verdicts.items()}
+            | {"coverage": {"reached": coverage[name][0], "reachable": coverage[name][1]}}
             for name, verdicts in results.items()
         }
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
@@ -119,6 +125,9 @@ def verify(
         for name, verdicts in results.items():
             table.add_row(name, *(_cell(v) for v in verdicts.values()))
         out.print(table)
+        for name, (reached, reachable) in coverage.items():
+            out.print(f"{name}: the {profile} profile reached {reached} of {reachable} cells the explorer "
+                      f"finds reachable ({100 * reached / max(reachable, 1):.1f}%)")
         for v in unexpected:
             out.print(f"[red]{v.policy} {v.property}:[/] "
                       + (v.message if not v.holds else "expected a counterexample, none found"))
