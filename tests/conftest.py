@@ -1,19 +1,11 @@
-"""Registers the Hypothesis profiles: `pytest --hypothesis-profile=ci` runs the verifier's own
-machines with the `ci` settings too."""
+"""Registers the Hypothesis profiles for `pytest --hypothesis-profile=ci|dev|thorough`. Tests that
+assert what the `ci` profile finds (verdicts, mutant kills, reports) use it explicitly."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import settings
 
 from contract import profiles
 
 profiles.register()
 settings.load_profile("dev")
-
-
-@pytest.fixture(scope="session")
-def active_settings(request):
-    """The profile pytest was started with (``--hypothesis-profile``), for the runs we drive ourselves."""
-    name = request.config.getoption("--hypothesis-profile", default=None) or "dev"
-    return profiles.get(name)
