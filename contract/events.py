@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
-from contract.scenario import NUM_TOKENS_DOMAIN
-
 
 @dataclass(frozen=True)
 class LoadModel:
@@ -128,7 +126,6 @@ def describe_event(event: Event) -> str:
 
 
 __all__ = [
-    "NUM_TOKENS_DOMAIN",
     "CaptureModel",
     "Event",
     "ExecuteModel",

@@ -20,7 +20,7 @@ from contract.coverage import Cell, cells_of
 from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.policy import Policy
 from contract.properties import PROPERTIES, Violation, check
-from contract.runner import initial_state, step
+from contract.runner import enabled, initial_state, step
 from contract.scenario import NUM_TOKENS_DOMAIN, Scenario, canonical_scenarios
 from contract.trace import Trace, record
 
@@ -57,11 +57,6 @@ class Exploration:
     def holds(self, prop: str) -> bool:
         return prop not in self.counterexamples
 
-    def summary(self, prop: str) -> str:
-        if self.holds(prop):
-            scope = "all reachable states" if self.complete else f"all states up to depth {self.depth}"
-            return f"holds for {scope} ({self.states} states, {self.scenarios} scenario classes)"
-        return f"shortest counterexample: {len(self.counterexamples[prop].events)} events"
 
 
 def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario] | None = None,
@@ -92,11 +87,11 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
             node, level = frontier.popleft()
             state, base_state = nodes[node]
             if level >= depth:
-                if any(_enabled(scenario, policy, state, e) for e in events):
+                if any(enabled(scenario, policy, state, e) for e in events):
                     result.complete = False
                 continue
             for event in events:
-                if not _enabled(scenario, policy, state, event):
+                if not enabled(scenario, policy, state, event):
                     continue
                 new_state, rec = step(scenario, policy, state, event, level)
                 result.transitions += 1
@@ -129,18 +124,12 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
     return result
 
 
-def _enabled(scenario, policy, state, event) -> bool:
-    from contract.runner import enabled
-
-    return enabled(scenario, policy, state, event)
-
-
 def _lockstep(scenario, base, base_state, event, level, rec, violations):
     """The differences between a mutant's step and its base's (``machine.verdict_difference``),
     and the base's next state."""
     from contract.machine import verdict_difference
 
-    if not _enabled(scenario, base, base_state, event):
+    if not enabled(scenario, base, base_state, event):
         return [Violation("halt", level, f"{event.kind} is possible under the mutant only")], base_state
     base_state, base_rec = step(scenario, base, base_state, event, level)
     diff = verdict_difference(violations, check(base_rec, scenario, base.runner), rec, base_rec, base.name)

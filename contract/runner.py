@@ -422,13 +422,13 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
             st.set("capture window opened", capturing_enabled=True)
             st.capture_descs(2, "profile_cudagraph_memory")
             st.capture_phase = False
-            # the finally block: window closed, graphs of both wrapper classes and keys cleared
-            cleared = frozenset(e for e in st.state.entries if not _cleared_by_clear_all_graphs(e))
-            assert not cleared, "profile_cudagraph_memory is MRV1-only; every MRV1 graph is cleared"
+            # the finally block (gpu_model_runner.py:6382-6397): window closed, CUDAGraphWrapper.clear_all_graphs() and
+            # BreakableCUDAGraphWrapper.clear_all_graphs() (every MRV1 capturer, the compiled pieces
+            # and the UBatchWrapper's sibling included), target dispatcher keys cleared
             st.set(
                 "capture window closed; all graphs and target keys cleared",
                 capturing_enabled=False,
-                entries=cleared,
+                entries=frozenset(),
                 graphs=frozenset(),
                 target_dispatcher=clear_keys(st.state.target_dispatcher),
             )
@@ -466,12 +466,6 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
     else:  # pragma: no cover - Event is a closed union
         raise TypeError(f"unknown event {event!r}")
     return record_extra
-
-
-def _cleared_by_clear_all_graphs(entry: Entry) -> bool:
-    """``CUDAGraphWrapper.clear_all_graphs()`` and ``BreakableCUDAGraphWrapper.clear_all_graphs()``
-    reach every instance, the compiled pieces and the UBatchWrapper's sibling included."""
-    return not entry.layer.endswith(":CudaGraphManager")
 
 
 @dataclass
