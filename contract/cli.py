@@ -196,11 +196,11 @@ def explore(
         for p in policies:
             results.append(run_explore(p, depth))
             advance()
+    from contract.expected import expected_holds
+
     unexpected = []
     for p, r in zip(policies, results):
         for pid in PROPERTIES:
-            from contract.expected import expected_holds
-
             want = expected_holds(p.name, pid)
             if (want is None and not r.holds(pid)) or (want is not None and want != r.holds(pid)):
                 unexpected.append((p.name, pid))
@@ -220,7 +220,7 @@ def explore(
         for pid, prop in PROPERTIES.items():
             table.add_column(f"{pid} {prop.name}")
         for r in results:
-            row = [f"[green]holds[/]" if r.holds(pid) else f"[yellow]fails ({len(r.counterexamples[pid].events)})[/]"
+            row = ["[green]holds[/]" if r.holds(pid) else f"[yellow]fails ({len(r.counterexamples[pid].events)})[/]"
                    for pid in PROPERTIES]
             table.add_row(r.policy, f"{r.states}{'' if r.complete else ' (cut)'}", *row)
         out.print(table)
