@@ -7,10 +7,10 @@ VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
 .PHONY: verify test vllm-envs gpu-conformance clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q -c ci-constraints.txt -e '.[test]'
 	touch $@
 
 verify: $(VENV)/.installed
@@ -23,7 +23,7 @@ verify: $(VENV)/.installed
 vllm-envs: $(VLLM_ENVS)
 
 test: $(VENV)/.installed vllm-envs
-	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2
+	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup
 
 gpu-conformance: $(VENV)/.installed
 	bash scripts/gpu-conformance.sh

@@ -53,6 +53,12 @@ def _settings(profile: str):
         _fail(str(exc))
 
 
+def _verdicts_json(verdicts) -> dict:
+    return {pid: {"holds": v.holds, "expected": v.expected, "length": v.length, "message": v.message,
+                  "trace": v.trace.to_json() if v.trace is not None else None}
+            for pid, v in verdicts.items()}
+
+
 def _cell(verdict) -> str:
     if verdict.holds:
         text = "holds"
@@ -111,8 +117,7 @@ def verify(
                     write_atomic(out_dir / f"{v.policy}-{v.property}.json", v.trace.dumps())
     if as_json:
         payload = {
-            name: {pid: {"holds": v.holds, "expected": v.expected, "length": v.length, "message": v.message}
-                   for pid, v in verdicts.items()}
+            name: _verdicts_json(verdicts)
             | {"coverage": {"reached": coverage[name][0], "reachable": coverage[name][1]}}
             for name, verdicts in results.items()
         }
@@ -231,6 +236,8 @@ def explore(
 def report(
     profile: str = typer.Option("ci", help="Hypothesis profile for the sampled verdicts and coverage."),
     out_dir: Path = typer.Option(Path("reports"), "--out", help="Folder the reports go to."),
+    seed: Optional[int] = typer.Option(None, help="Seed for the Hypothesis runs (default: the ci profile's seed 0); the same seed writes the same bytes."),
+    as_json: bool = typer.Option(False, "--json", help="Also print the verdicts as JSON (as verify --json does)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
 ) -> None:
     """Verify every built-in policy (Hypothesis + explorer) and write reports/: the verdict table,
@@ -248,13 +255,20 @@ def report(
     with _progress(len(policies), "verifying", quiet) as advance:
         for p in policies:
             cells: set = set()
-            verdicts = verify_policy(p, settings, cells=cells)
+            verdicts = verify_policy(p, settings, seed, cells=cells)
             results.append(PolicyResult(p, verdicts, run_explore(p), cells))
             advance()
     write(out_dir, results)
     unexpected = [(r.policy.name, pid) for r in results for pid, v in r.verdicts.items()
                   if not v.as_expected or v.holds != r.exploration.holds(pid)]
-    if not quiet:
+    if as_json:
+        payload = {r.policy.name: _verdicts_json(r.verdicts)
+                   | {"explorer": {pid: (None if r.exploration.holds(pid)
+                                         else len(r.exploration.counterexamples[pid].events))
+                                   for pid in PROPERTIES}}
+                   for r in results}
+        sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    elif not quiet:
         out.print(f"wrote {out_dir}/README.md")
         for name, pid in unexpected:
             out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")

@@ -15,6 +15,7 @@ from contract.properties import Violation, check
 from contract.runner import Run
 from contract.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Runner, Scenario, SplittingOps
+from contract.stream import pinned_stream, seed_for
 
 
 class ContractViolation(AssertionError):
@@ -174,7 +175,8 @@ def verdict_difference(mine: list[Violation], theirs: list[Violation], record, b
 def run_machine(policy: Policy, settings: Settings, only: frozenset[str] | None = None, seed: int | None = None,
                 base: Policy | None = None, on_step: Callable | None = None,
                 stats: dict | None = None) -> ContractViolation | None:
-    """Run the machine; the minimal (shrunk) violation, or None when every example held.
+    """Run the machine; the minimal (shrunk) violation, or None when every example held. The
+    examples are a function of ``settings`` and ``seed`` alone (``contract.stream``).
     ``stats["examples"]`` counts the examples Hypothesis ran (shrinking included)."""
     on_example = None
     if stats is not None:
@@ -184,10 +186,12 @@ def run_machine(policy: Policy, settings: Settings, only: frozenset[str] | None 
             stats["examples"] += 1
 
     test = get_state_machine_test(make_machine(policy, only, base, on_step, on_example), settings=settings)
+    seed = seed_for(settings, seed)
     if seed is not None:
         test._hypothesis_internal_use_seed = seed  # what @hypothesis.seed(seed) sets
     try:
-        test()
+        with pinned_stream():
+            test()
     except ContractViolation as exc:
         return exc
     return None

@@ -12,6 +12,7 @@ from contract.expected import expected_holds
 from contract.machine import run_machine
 from contract.policy import Policy
 from contract.properties import PROPERTIES
+from contract.stream import seed_for
 from contract.trace import Trace, record
 
 
@@ -48,6 +49,7 @@ def verify_policy(policy: Policy, settings: Settings, seed: int | None = None,
     if cells is not None:
         def on_step(scenario, state, rec):
             cells.update(cells_of(scenario, state, rec))
+    seed = seed_for(settings, seed)
     remaining = set(PROPERTIES)
     verdicts: dict[str, Verdict] = {}
     while remaining:
