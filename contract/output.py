@@ -9,11 +9,18 @@ work, so a folder that cannot be written is reported at once rather than after a
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped: an error stays one line
+    whatever a file name or a trace field holds."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class OutputError(Exception):
@@ -26,12 +33,6 @@ class OutputError(Exception):
 # The renames a transaction holds back. A context variable rather than an argument, so that the
 # report modules write as they always do and a command decides alone that its files go together.
 _PENDING: ContextVar[list | None] = ContextVar("cudagraph_contract_pending_writes", default=None)
-
-
-def one_line(text: str) -> str:
-    """``text`` with line breaks and other control characters escaped: an error stays one line
-    whatever a file name or a trace field holds."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _reason(exc: OSError) -> str:
@@ -98,7 +99,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
             pending.append((tmp, p, created))
             return
         if p.is_dir():
-            raise IsADirectoryError(21, "it is a folder")
+            raise IsADirectoryError(errno.EISDIR, "it is a folder")
         os.replace(tmp, p)
     except BaseException as exc:
         if tmp is not None and os.path.exists(tmp):
