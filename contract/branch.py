@@ -61,11 +61,24 @@ class Branch:
 
 def package_dir(path: Path) -> Path:
     """The ``vllm/`` package of a source tree, or ``path`` itself when it is that package."""
+    try:
+        return _package_dir(path)
+    except OSError as exc:  # a name too long, a loop of links
+        raise BranchError(f"--vllm-src {path} cannot be read: {exc.strerror or exc}") from None
+
+
+def _package_dir(path: Path) -> Path:
+    if not path.exists():
+        raise BranchError(f"--vllm-src {path} does not exist; pass a vLLM source tree")
     if not path.is_dir():
-        raise BranchError(f"--vllm-src {path} is not a directory")
+        raise BranchError(f"--vllm-src {path} is a file; pass a vLLM source tree (the folder holding vllm/)")
     for pkg in (path / "vllm", path):
         if (pkg / RUNNER_FILE).is_file():
             return pkg
+    # vllm/v1/ marks the V1 engine's package (every release since 0.8), with or without this runner.
+    if not any((pkg / "__init__.py").is_file() and (pkg / "v1").is_dir() for pkg in (path / "vllm", path)):
+        raise BranchError(f"--vllm-src {path} is not a vLLM source tree: neither it nor {path / 'vllm'} is "
+                          "vLLM's package (vllm/__init__.py and vllm/v1/); pass the folder of a vLLM checkout")
     raise BranchError(f"no Model Runner V1 in this tree (vLLM 0.34+); {path} has no vllm/{RUNNER_FILE}, "
                       "whose load_model --vllm-src reads")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from contract.policy import BUILT_IN, PolicyError, load_policy
+from contract.output import OutputError, one_line
+from contract.policy import BUILT_IN, PolicyError, for_trace, load_policy
 from contract.properties import PROPERTIES
 from contract.trace import TraceError
 
@@ -30,17 +32,56 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
-def _fail(message: str) -> None:
+def _error(message: str) -> None:
     from rich.markup import escape
 
-    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(one_line(message))}", soft_wrap=True)
+
+
+def _fail(message: str) -> None:
+    _error(message)
     raise typer.Exit(2)
+
+
+def _policy(spec: str):
+    """A built-in name or a policy file; a trace given instead names the policy to pass."""
+    if Path(spec).suffix == ".json":
+        from contract.policy import check_trusted
+        from contract.trace import load
+
+        t = load(spec)
+        check_trusted(t.policy, spec)
+        raise PolicyError(f"{spec} is a trace, not a policy: pass --policy {t.policy} to check the policy it "
+                          f"was recorded under, or replay it with `cudagraph-contract replay {spec}`")
+    return load_policy(spec)
 
 
 def _policies(specs: list[str] | None):
     try:
-        return [load_policy(s) for s in (specs or list(BUILT_IN))]
-    except PolicyError as exc:
+        return [_policy(s) for s in (specs or list(BUILT_IN))]
+    except (PolicyError, TraceError) as exc:
+        _fail(str(exc))
+
+
+def _check_out(folder: Path | None, option: str = "--out") -> None:
+    from contract.output import check_folder
+
+    if folder is not None:
+        try:
+            check_folder(folder, option)
+        except OutputError as exc:
+            _fail(str(exc))
+
+
+@contextmanager
+def _writing():
+    """The command's files land together or not at all; a failure to write is one line."""
+    from contract.output import transaction
+
+    try:
+        with transaction():
+            yield
+    except OutputError as exc:
         _fail(str(exc))
 
 
@@ -87,6 +128,7 @@ def verify(
     from contract.verify import verify_policy
 
     settings = _settings(profile)
+    _check_out(out_dir)
     # --vllm-src alone verifies just that tree; with --policy, both.
     policies = _policies(policy) if policy or vllm_src is None else []
     if vllm_src is not None:
@@ -111,10 +153,11 @@ def verify(
             advance()
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
-        for verdicts in results.values():
-            for v in verdicts.values():
-                if v.trace is not None:
-                    write_atomic(out_dir / f"{v.policy}-{v.property}.json", v.trace.dumps())
+        with _writing():
+            for verdicts in results.values():
+                for v in verdicts.values():
+                    if v.trace is not None:
+                        write_atomic(out_dir / f"{v.policy}-{v.property}.json", v.trace.dumps())
     if as_json:
         payload = {
             name: _verdicts_json(verdicts)
@@ -145,6 +188,7 @@ def replay(
     policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Replay under this policy instead of the trace's."),
     as_json: bool = typer.Option(False, "--json", help="Print the replayed steps as JSON."),
     update: bool = typer.Option(False, "--update", help="Re-record the trace's expected observations from the model (for a new or changed regression trace)."),
+    trust_policy_files: bool = typer.Option(False, "--trust-policy-files", help="Run the policy file a trace names; without it only --policy FILE runs a file."),
 ) -> None:
     """Replay a trace on the model and print what each step did.
 
@@ -155,14 +199,14 @@ def replay(
 
     try:
         t = tr.load(trace_file)
-        p = load_policy(policy or t.policy)
+        p = for_trace(t.policy, str(trace_file), named=policy, trust_files=trust_policy_files)
         if update:
             fresh = tr.record(t.scenario, p, t.events, name=t.name, prop=t.property, origin=t.origin)
             fresh.policy = t.policy
             tr.write_atomic(trace_file, fresh.dumps())
             t = fresh
         result = tr.replay(t, p)
-    except (TraceError, PolicyError) as exc:
+    except (TraceError, PolicyError, OutputError) as exc:
         _fail(str(exc))
     if as_json:
         sys.stdout.write(json.dumps({"steps": [r.to_json() for r in result.records],
@@ -196,6 +240,7 @@ def explore(
     from contract.trace import write_atomic
 
     policies = _policies(policy)
+    _check_out(out_dir)
     results = []
     with _progress(len(policies), "exploring", quiet or as_json) as advance:
         for p in policies:
@@ -204,13 +249,14 @@ def explore(
     from contract.expected import expected_holds
 
     unexpected = []
-    for p, r in zip(policies, results):
-        for pid in PROPERTIES:
-            want = expected_holds(p.name, pid)
-            if (want is None and not r.holds(pid)) or (want is not None and want != r.holds(pid)):
-                unexpected.append((p.name, pid))
-            if out_dir is not None and not r.holds(pid):
-                write_atomic(out_dir / f"{p.name}-{pid}.json", r.counterexamples[pid].dumps())
+    with _writing():
+        for p, r in zip(policies, results):
+            for pid in PROPERTIES:
+                want = expected_holds(p.name, pid)
+                if (want is None and not r.holds(pid)) or (want is not None and want != r.holds(pid)):
+                    unexpected.append((p.name, pid))
+                if out_dir is not None and not r.holds(pid):
+                    write_atomic(out_dir / f"{p.name}-{pid}.json", r.counterexamples[pid].dumps())
     if as_json:
         payload = {r.policy: {"states": r.states, "transitions": r.transitions, "complete": r.complete,
                               "depth": r.depth, "scenarios": r.scenarios,
@@ -250,6 +296,7 @@ def report(
     from contract.verify import verify_policy
 
     settings = _settings(profile)
+    _check_out(out_dir)
     policies = _policies(None)
     results = []
     with _progress(len(policies), "verifying", quiet) as advance:
@@ -258,7 +305,8 @@ def report(
             verdicts = verify_policy(p, settings, seed, cells=cells)
             results.append(PolicyResult(p, verdicts, run_explore(p), cells))
             advance()
-    write(out_dir, results)
+    with _writing():
+        write(out_dir, results)
     unexpected = [(r.policy.name, pid) for r in results for pid, v in r.verdicts.items()
                   if not v.as_expected or v.holds != r.exploration.holds(pid)]
     if as_json:
@@ -301,12 +349,24 @@ from contract.conformance.command import conform  # noqa: E402
 app.command()(conform)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # typer 0.29 carries its own click (pinned in pyproject.toml). Its usage errors, a mistyped
+    # command, option or value, are one line here like every other bad input.
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     try:
-        app()
+        code = app(args=argv, prog_name="cudagraph-contract", standalone_mode=False)
+    except NoArgsIsHelpError:  # the help is already printed
+        code = 2
+    except ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        _error(exc.format_message() + (f" (see {ctx.command_path} --help)" if ctx is not None else ""))
+        code = 2
     except KeyboardInterrupt:
+        code = 130
+    if code == 130:
         err.print("interrupted; reports already written are intact")
-        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from contract import dispatcher as _dispatcher
 from contract import resolve as _resolve
 from contract import scenario as _scenario
 from contract.modes import NONE, CUDAGraphMode
+from contract.output import one_line
 from contract.scenario import ConfigRevision, Runner
 from contract.stack import BreakableCUDAGraphWrapper, CUDAGraphWrapper, RawModel, Stacks
 
@@ -97,7 +98,10 @@ class Policy:
 
 
 class PolicyError(Exception):
-    """A policy name or file that cannot be used; the message says what to do."""
+    """A policy name or file that cannot be used; the message says what to do, in one line."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
 
 
 BUILT_IN = ("vllm_0_29", "pr56312_draft", "vllm_0_30", "mrv2")
@@ -134,15 +138,54 @@ def _import_timed_out(signum, frame):
     raise _ImportTimeout
 
 
+def names_file(spec: str) -> bool:
+    """Whether ``load_policy(spec)`` would import a file: every spec but a built-in name ending in ``.py``."""
+    return spec not in BUILT_IN and Path(spec).suffix == ".py"
+
+
+class UntrustedPolicyFile(PolicyError):
+    """A trace names a policy file that the person running the command did not name."""
+
+
+def for_trace(trace_policy: str, source: str, *, named: str | None = None, trust_files: bool = False) -> Policy:
+    """The policy a trace runs under; every command that reads traces asks here.
+
+    A trace is data that people share, so it never decides by itself that code runs: ``named``
+    (the person's ``--policy``) always loads; the trace's own ``policy`` loads when it is a built-in
+    name, and a policy file only with ``trust_files`` (``--trust-policy-files``).
+    """
+    if named is not None:
+        return load_policy(named)
+    check_trusted(trace_policy, source, trust_files=trust_files)
+    try:
+        return load_policy(trace_policy)
+    except PolicyError as exc:
+        raise PolicyError(f"{source}: {exc}") from None
+
+
+def check_trusted(trace_policy: str, source: str, *, trust_files: bool = False, hint: str = "") -> None:
+    """Raise ``UntrustedPolicyFile`` for a trace naming a policy file, unless ``trust_files``; the
+    check alone, for readers that never run the trace's policy but take the same traces."""
+    if names_file(trace_policy) and not trust_files:
+        raise UntrustedPolicyFile(f"{source} names the policy file {trace_policy}; "
+                                  + (hint or f"pass --policy {trace_policy} to run it"))
+
+
 def load_policy(spec: str) -> Policy:
     """A built-in name, or a path to a ``.py`` file defining ``load_model``."""
     if spec in BUILT_IN:
         module = importlib.import_module(f"contract.policies.{spec}")
         return from_module(module, spec, "built-in")
-    path = Path(spec)
-    if path.suffix != ".py":
+    if not names_file(spec):
         raise PolicyError(f"unknown policy {spec!r}: use one of {', '.join(BUILT_IN)} or a path to a .py file")
-    if not path.is_file():
+    path = Path(spec)
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise PolicyError(f"policy file {spec!r} cannot be opened: {getattr(exc, 'strerror', None) or exc}") from None
+    if is_dir:
+        raise PolicyError(f"policy file {spec} is a folder; pass the .py file that defines load_model")
+    if not is_file:
         raise PolicyError(f"policy file {spec} does not exist")
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     module_name = f"_contract_user_policy_{digest}"

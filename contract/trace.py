@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.events import Event, event_from_json, event_to_json
-from contract.policy import Policy, load_policy
+from contract.output import one_line
+from contract.output import write_atomic  # noqa: F401 - where the callers of trace.write_atomic find it
+from contract.policy import Policy, for_trace
 from contract.properties import PROPERTIES, Violation, check
 from contract.runner import Run
 from contract.scenario import Scenario
@@ -33,7 +34,10 @@ VERSION = 1
 
 
 class TraceError(Exception):
-    """A trace file that cannot be used; the message names the problem."""
+    """A trace file that cannot be used; the message names the problem, in one line."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
 
 
 @dataclass
@@ -103,7 +107,7 @@ def record(scenario: Scenario, policy: Policy, events: list[Event], *, name: str
 
 
 def replay(trace: Trace, policy: Policy | None = None) -> Replay:
-    policy = policy or load_policy(trace.policy)
+    policy = policy or for_trace(trace.policy, trace.name or "the trace")
     run, violations = run_events(trace.scenario, policy, trace.events)
     got_steps = [r.to_json() for r in run.records]
     mismatches = []
@@ -121,8 +125,14 @@ def loads(text: str, source: str = "<trace>") -> Trace:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise TraceError(TOO_DEEP.format(source=source)) from None
+    except ValueError as exc:  # a number past int's digit limit
+        raise TraceError(f"{source} is not a usable trace: {str(exc).split(':')[0]}") from None
     if not isinstance(data, dict):
         raise TraceError(f"{source}: a trace is a JSON object")
+    if _depth(data) > MAX_DEPTH:
+        raise TraceError(TOO_DEEP.format(source=source))
     if data.get("schema") != SCHEMA:
         raise TraceError(f"{source}: not a {SCHEMA} file (schema={data.get('schema')!r})")
     if data.get("version") != VERSION:
@@ -132,13 +142,15 @@ def loads(text: str, source: str = "<trace>") -> Trace:
             raise TraceError(f"{source}: missing field {key!r}")
     if not isinstance(data["events"], list):
         raise TraceError(f"{source}: 'events' must be a list")
+    if not isinstance(data["policy"], str):
+        raise TraceError(f"{source}: 'policy' must be a string: a built-in policy name or a .py path")
     try:
         scenario = Scenario.from_json(data["scenario"])
         events = [event_from_json(e) for e in data["events"]]
     except (ValueError, TypeError) as exc:
         raise TraceError(f"{source}: {exc}") from None
     prop = data.get("property")
-    if prop is not None and prop not in PROPERTIES:
+    if prop is not None and (not isinstance(prop, str) or prop not in PROPERTIES):
         raise TraceError(f"{source}: unknown property {prop!r}; expected one of {', '.join(PROPERTIES)}")
     expected = data.get("expected") or {}
     if not isinstance(expected, dict):
@@ -150,7 +162,7 @@ def loads(text: str, source: str = "<trace>") -> Trace:
         raise TraceError(f"{source}: 'origin' must be an object")
     return Trace(
         scenario=scenario,
-        policy=str(data["policy"]),
+        policy=data["policy"],
         events=events,
         name=str(data.get("name", "")),
         property=prop,
@@ -161,31 +173,37 @@ def loads(text: str, source: str = "<trace>") -> Trace:
 
 
 MAX_TRACE_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 16  # traces written by this tool nest 8 levels (expected.steps[i].dispatches[j]...)
+TOO_DEEP = "{source}: JSON nested more than %d levels deep; a trace nests 8" % MAX_DEPTH
+
+
+def _depth(value) -> int:
+    """How deep JSON containers nest, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def load(path: str | os.PathLike) -> Trace:
     p = Path(path)
-    if not p.is_file():
-        raise TraceError(f"trace file {p} does not exist")
-    if p.stat().st_size > MAX_TRACE_BYTES:
-        raise TraceError(f"trace file {p} is larger than {MAX_TRACE_BYTES // 1024 // 1024} MiB; a trace is a few KiB")
     try:
+        if p.is_dir():
+            raise TraceError(f"trace file {p} is a folder; pass a trace .json file")
+        if not p.exists():
+            raise TraceError(f"trace file {p} does not exist")
+        if not p.is_file():
+            raise TraceError(f"trace file {p} is not a regular file; pass a trace .json file")
+        if p.stat().st_size > MAX_TRACE_BYTES:
+            raise TraceError(f"trace file {p} is larger than {MAX_TRACE_BYTES // 1024 // 1024} MiB; "
+                             "a trace is a few KiB")
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise TraceError(f"trace file {p} is not UTF-8 text") from None
+    except (OSError, ValueError) as exc:  # unreadable, a name too long, a NUL byte
+        raise TraceError(f"trace file {p} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     return loads(text, str(p))
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write then rename, so a reader never sees half a file and an interrupted run loses nothing."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -103,7 +103,18 @@ sys.argv = ["cudagraph-contract", "conform", "--traces", sys.argv[1], "--reports
 main()
 """
 
+# An environment without one module of the import closure (None in sys.modules: the import fails).
+MISSING_MODULE = r"""
+import sys
+sys.modules["msgspec"] = None
+from contract.cli import main
+main(["conform", "--corpus", "none", "--reports", sys.argv[1]])
+"""
+
 NESTED = ROOT / "tests" / "traces" / "v030-nested-full-over-breakable.json"
+
+# From 0.31 vLLM no longer configures its logger at import; VLLM_CONFIGURE_LOGGING=0 starts 0.30.0 the same way.
+UNCONFIGURED = ["env", "-u", "VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING=0"]
 
 
 def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
@@ -114,6 +125,10 @@ def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
     if version == VERSIONS[0]:
         out["mutant"] = [python, "-c", MUTANT, NESTED]
         out["cannot-build"] = [python, "-c", CANNOT_BUILD, NESTED, reports / "cannot-build"]
+        out["missing-module"] = [python, "-c", MISSING_MODULE, reports / "missing-module"]
+        for name, flags in (("quiet", []), ("verbose", ["--verbose"])):
+            out[name] = [*UNCONFIGURED, python, "-m", "contract.cli", "conform", "--corpus", "none", *flags,
+                         "--reports", reports / name]
     return out
 
 
@@ -201,6 +216,35 @@ def test_a_scenario_vllm_refuses_is_one_line_and_exit_2(jobs):
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert rc == 2
     assert len(errors) == 1 and "cannot build its scenario" in errors[0] and "injected" in errors[0]
+
+
+def test_a_module_missing_from_the_closure_is_named(jobs):
+    rc, out, err, reports = jobs("missing-module", VERSIONS[0])
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert rc == 2 and len(errors) == 1, err[-2000:]
+    assert "needs the module msgspec, which this environment lacks" in errors[0]
+    assert not (reports / "missing-module").exists()
+
+
+def test_vllm_logging_is_quiet_unless_verbose(jobs):
+    rc, out, err, _ = jobs("quiet", VERSIONS[0])
+    rc_verbose, out_verbose, err_verbose, _ = jobs("verbose", VERSIONS[0])
+    assert rc == rc_verbose == 0, (err[-2000:], err_verbose[-2000:])
+    assert len(err.splitlines()) < 20 and "is not supported with" not in err, err
+    assert "is not supported with" in err_verbose and len(err_verbose.splitlines()) > len(err.splitlines())
+    assert out.splitlines()[:-1] == out_verbose.splitlines()[:-1]  # the summary; the last line names the report
+
+
+def test_quiet_on_a_release_that_leaves_logging_unconfigured(tmp_path):
+    """0.31 and later, where ``.venv-vllm-0.33.0`` exists (conformance-env/make-env.sh 0.33.0)."""
+    python = venv_python("0.33.0")
+    if python is None:
+        pytest.skip(".venv-vllm-0.33.0 is missing: make it with conformance-env/make-env.sh 0.33.0 .venv-vllm-0.33.0")
+    environment = {k: v for k, v in env().items() if k != "VLLM_LOGGING_LEVEL"}
+    proc = subprocess.run([str(python), "-m", "contract.cli", "conform", "--corpus", "none", "--reports",
+                           str(tmp_path)], cwd=ROOT, env=environment, text=True, capture_output=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(proc.stderr.splitlines()) < 20, proc.stderr
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -110,6 +110,7 @@ def test_0_29_block_reads_as_0_29(tmp_path):
 
 def test_tree_without_mrv1_runner(tmp_path):
     (tmp_path / "vllm" / "v1" / "worker").mkdir(parents=True)
+    (tmp_path / "vllm" / "__init__.py").write_text("")
     one_line_error(verify("--vllm-src", tmp_path), "no Model Runner V1 in this tree (vLLM 0.34+)")
 
 

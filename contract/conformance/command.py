@@ -20,7 +20,9 @@ CORPORA = ("full", "covering", "none")
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    from contract.output import one_line
+
+    typer.echo(f"error: {one_line(message)}", err=True)
     raise typer.Exit(2)
 
 
@@ -40,15 +42,20 @@ def _delegate(vllm: str, argv: list[str]) -> None:
         _fail(f"--vllm {vllm}: no Python interpreter at {python}")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     args = [str(python), "-m", "contract.cli", "conform", "--vllm", "auto", *argv]
-    raise typer.Exit(subprocess.run(args, env=env).returncode)
+    try:
+        code = subprocess.run(args, env=env).returncode
+    except OSError as exc:
+        _fail(f"--vllm {vllm}: {python} cannot be run: {exc.strerror or exc}")
+    raise typer.Exit(code)
 
 
-def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim") -> list[str]:
+def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim", trust=False, verbose=False) -> list[str]:
     argv = ["--device", device]
     for t in traces or []:
         argv += ["--traces", str(Path(t).resolve())]
     argv += ["--corpus", corpus, "--reports", str(Path(reports).resolve())]
-    return argv + (["--json"] if as_json else [])
+    return (argv + (["--json"] if as_json else []) + (["--trust-policy-files"] if trust else [])
+            + (["--verbose"] if verbose else []))
 
 
 def _trace_paths(traces: list[Path] | None) -> list[Path]:
@@ -81,6 +88,9 @@ def conform(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     device: str = typer.Option("cpu-sim", "--device", help="cpu-sim: simulated CUDA graphs on CPU. cuda: real "
                                "CUDA graphs, each replay's output checked against eager (contract/conformance/device.py)."),
+    trust_policy_files: bool = typer.Option(False, "--trust-policy-files", help="Take traces that name a policy "
+                                            "file (the comparison runs the installed release's policy, never the file)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show vLLM's own log lines (default: errors only)."),
 ) -> None:
     """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
 
@@ -92,8 +102,20 @@ def conform(
 
     if device not in device_mod.DEVICES:
         _fail(f"--device must be one of {', '.join(device_mod.DEVICES)}, got {device!r}")
+    from contract.output import OutputError, check_folder, transaction
+
+    try:
+        check_folder(Path(reports), "--reports")
+    except OutputError as exc:
+        _fail(str(exc))
     if vllm != "auto":
-        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json, device))
+        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json, device, trust_policy_files, verbose))
+    from contract.conformance import logs
+
+    try:
+        logs.configure(verbose)
+    except ValueError as exc:
+        _fail(str(exc))
     if device == "cuda":
         try:
             device_mod.require_cuda()
@@ -103,7 +125,7 @@ def conform(
 
         simcuda.DEVICE = "cuda"
     from contract.conformance.installed import EnvironmentProblem, installed_version, policy_for
-    from contract.policy import load_policy
+    from contract.policy import PolicyError, check_trusted, load_policy
     from contract.trace import TraceError, load
 
     try:
@@ -114,8 +136,12 @@ def conform(
     files = []
     for path in _trace_paths(traces):
         try:
-            files.append((load(path), str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)))
-        except TraceError as exc:
+            trace = load(path)
+            check_trusted(trace.policy, str(path), trust_files=trust_policy_files,
+                          hint="pass --trust-policy-files to replay it (conform compares with the "
+                               "installed release's policy and never runs the file)")
+            files.append((trace, str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)))
+        except (TraceError, PolicyError) as exc:
             _fail(str(exc))
     from contract.conformance import conform as conformance
 
@@ -129,7 +155,11 @@ def conform(
     if device == "cuda":
         device_mod.reconcile(run)
         checks = device_mod.CHECKS.summary()
-    md = report.write(run, Path(reports))
+    try:
+        with transaction():
+            md = report.write(run, Path(reports))
+    except OutputError as exc:
+        _fail(str(exc))
     summary = {**run.summary(), "device": device}
     if checks is not None:
         summary["device_checks"] = checks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from collections import Counter
 
 from contract.conformance import corpus as corpus_mod
@@ -33,6 +34,9 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
 
     try:
         session = Session()
+    except ModuleNotFoundError as exc:
+        raise ReplayProblem(f"vLLM {version} needs the module {exc.name or exc}, which this environment lacks; "
+                            f"complete it with conformance-env/make-env.sh {version} {sys.prefix}") from None
     except Exception as exc:  # noqa: BLE001 - any failure to start is an environment problem
         raise ReplayProblem(f"vLLM {version}'s code does not start on this machine: {_first_line(exc)}") from None
     revision = session.block.revision
