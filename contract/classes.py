@@ -19,6 +19,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+from contract.events import describe_event, event_to_json
 from contract.observation import Action, StepRecord
 from contract.properties import Violation
 from contract.scenario import DrafterKind, Scenario
@@ -183,12 +184,16 @@ class ViolationClass:
     def length(self) -> int:
         return len(self.witness.events)
 
+    @property
+    def events_text(self) -> str:
+        return " → ".join(describe_event(e) for e in self.witness.events)
+
     def to_json(self) -> dict:
         return {"id": self.id, "title": self.title, **self.signature.to_json(),
                 "settings": [s.to_json() for s in self.settings],
-                "witness": {"events": self.length, "step": self.step, "message": self.message,
+                "witness": {"length": self.length, "step": self.step, "message": self.message,
                             "scenario": self.witness.scenario.to_json(),
-                            "trace": self.witness.to_json()}}
+                            "events": [event_to_json(e) for e in self.witness.events]}}
 
 
 @dataclass(frozen=True)
@@ -245,4 +250,21 @@ def of_records(records: list[StepRecord], scenario: Scenario, runner, check) -> 
     for r in records:
         for sig, _ in signatures(r, check(r, scenario, runner)):
             out.append((sig, r.index))
+    return out
+
+
+def of_trace(trace, policy) -> list[ViolationClass]:
+    """The classes a single counterexample shows (a Hypothesis shrink): its scenario's settings,
+    not minimised across scenarios as the explorer's are."""
+    from contract.properties import check
+    from contract.trace import run_events
+
+    run, _ = run_events(trace.scenario, policy, trace.events)
+    settings = tuple(Setting(k, (v,)) for k, v in sorted(deviations(trace.scenario).items(), key=lambda kv: _order(kv[0])))
+    out, seen = [], set()
+    for r in run.records:
+        for sig, v in signatures(r, check(r, trace.scenario, policy.runner)):
+            if sig not in seen and sig.property != HALT:
+                seen.add(sig)
+                out.append(ViolationClass(sig, settings, trace, r.index, v.message if v else ""))
     return out

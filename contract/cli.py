@@ -63,6 +63,64 @@ def _cell(verdict) -> str:
     return f"[green]{text}[/]" if verdict.holds else f"[yellow]{text}[/]"
 
 
+_BASE_OPTION = typer.Option(
+    None, "--base",
+    help="Compare with a base and report new, fixed and inherited violation classes: auto (the release the "
+         "branch is or starts from), a release (0.30.0), a built-in policy, a .py policy file or a vLLM tree. "
+         "Exit 0 when nothing is new, 1 when something is.")
+
+
+def _differentials(policies, base, explored, tree, say) -> dict:
+    """policy name -> (Differential, the line saying which base was chosen); ``say`` prints that
+    line (a console, or None)."""
+    if base is None:
+        return {}
+    from contract import base as base_mod
+    from contract.differential import compare
+
+    found = {}
+    for p in policies:
+        try:
+            base_policy, chosen = base_mod.resolve(base, p, tree if tree is not None and tree.policy is p else None)
+            explored_base = next((explored[q.name] for q in policies
+                                  if (q.name, q.source) == (base_policy.name, base_policy.source)), None)
+            found[p.name] = (compare(p, base_policy, branch_exploration=explored.get(p.name),
+                                     base_exploration=explored_base), chosen)
+        except PolicyError as exc:
+            _fail(str(exc))
+        if say is not None:
+            say.print(f"{p.name}: {chosen}", soft_wrap=True)
+    return found
+
+
+def _classes_note(exploration, pid: str) -> str:
+    n = len(exploration.classes_of(pid))
+    return f" · {n} class{'es' if n != 1 else ''}" if n else ""
+
+
+def _print_hypothesis_classes(results, policies) -> None:
+    from contract.classes import of_trace
+
+    by_name = {p.name: p for p in policies}
+    for name, verdicts in results.items():
+        found = [c for v in verdicts.values() if v.trace is not None for c in of_trace(v.trace, by_name[name])]
+        if found:
+            out.print(f"{name}: Hypothesis found {len(found)} class{'es' if len(found) != 1 else ''}: "
+                      + "; ".join(c.title for c in found), soft_wrap=True)
+
+
+def _write_class_traces(out_dir: Path, explorations, differentials) -> None:
+    """One trace per class (``POLICY-CLASS.json``) and per new class against the base."""
+    from contract.trace import write_atomic
+
+    for ex in explorations:
+        for c in ex.classes:
+            write_atomic(out_dir / f"{c.witness.name}.json", c.witness.dumps())
+    for d, _ in differentials.values():
+        for c in d.new:
+            write_atomic(out_dir / "new" / f"{c.witness.name}.json", c.witness.dumps())
+
+
 @app.command()
 def verify(
     policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Built-in policy name or a .py policy file; repeatable. Default: every built-in policy."),
@@ -72,8 +130,12 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify its load_model wrapping block, as the known revision it is or run as a policy."),
+    base: Optional[str] = _BASE_OPTION,
 ) -> None:
     """Run the Hypothesis state machine against each policy and print the verdict table.
+
+    With --base (the default for --vllm-src: auto), the exit code says whether the branch adds a
+    violation class the base does not have.
 
     Example: [bold]cudagraph-contract verify --policy vllm_0_30 --policy my_branch.py[/]
     """
@@ -93,27 +155,39 @@ def verify(
         if not quiet:
             (err if as_json else out).print(found.recognised, soft_wrap=True)
         policies.append(found.policy)
+        base = base or "auto"
     from contract.explore import explore as run_explore
 
-    results, coverage = {}, {}
+    results, coverage, explored = {}, {}, {}
     with _progress(len(policies), "verifying", quiet or as_json) as advance:
         for p in policies:
             cells: set = set()
             results[p.name] = verify_policy(p, settings, seed, cells=cells)
-            reachable = run_explore(p).cells
+            explored[p.name] = run_explore(p, classify=True)
+            reachable = explored[p.name].cells
             coverage[p.name] = (len(cells & reachable), len(reachable))
             advance()
+    differentials = _differentials(policies, base, explored, found if vllm_src is not None else None,
+                                   None if quiet else (err if as_json else out))
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
         for verdicts in results.values():
             for v in verdicts.values():
                 if v.trace is not None:
                     write_atomic(out_dir / f"{v.policy}-{v.property}.json", v.trace.dumps())
+        _write_class_traces(out_dir, explored.values(), differentials)
     if as_json:
+        from contract.classes import of_trace
+        from contract.diffview import differential_json
+
+        by_name = {p.name: p for p in policies}
         payload = {
-            name: {pid: {"holds": v.holds, "expected": v.expected, "length": v.length, "message": v.message}
+            name: {pid: {"holds": v.holds, "expected": v.expected, "length": v.length, "message": v.message,
+                         "hypothesis_classes": [c.title for c in (of_trace(v.trace, by_name[name]) if v.trace else [])],
+                         "classes": [c.id for c in explored[name].classes_of(pid)]}
                    for pid, v in verdicts.items()}
             | {"coverage": {"reached": coverage[name][0], "reachable": coverage[name][1]}}
+            | ({"differential": differential_json(*differentials[name])} if name in differentials else {})
             for name, verdicts in results.items()
         }
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
@@ -123,14 +197,23 @@ def verify(
         for pid, prop in PROPERTIES.items():
             table.add_column(f"{pid} {prop.name}")
         for name, verdicts in results.items():
-            table.add_row(name, *(_cell(v) for v in verdicts.values()))
+            table.add_row(name, *(_cell(v) + _classes_note(explored[name], pid) for pid, v in verdicts.items()))
         out.print(table)
         for name, (reached, reachable) in coverage.items():
             out.print(f"{name}: the {profile} profile reached {reached} of {reachable} cells the explorer "
                       f"finds reachable ({100 * reached / max(reachable, 1):.1f}%)")
-        for v in unexpected:
-            out.print(f"[red]{v.policy} {v.property}:[/] "
-                      + (v.message if not v.holds else "expected a counterexample, none found"))
+        _print_hypothesis_classes(results, policies)
+        if differentials:
+            from contract.diffview import print_differential
+
+            for d, _ in differentials.values():
+                print_differential(out, d)
+        elif unexpected:
+            for v in unexpected:
+                out.print(f"[red]{v.policy} {v.property}:[/] "
+                          + (v.message if not v.holds else "expected a counterexample, none found"))
+    if differentials:
+        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
     raise typer.Exit(1 if unexpected else 0)
 
 
@@ -181,9 +264,11 @@ def explore(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write each shortest counterexample as a JSON trace here."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+    base: Optional[str] = _BASE_OPTION,
 ) -> None:
     """Enumerate every scenario class and event sequence up to DEPTH: a proof within the bound where
-    the contract holds, the shortest counterexample where it does not.
+    the contract holds, the shortest counterexample where it does not, and every violation class
+    with its own shortest counterexample.
 
     Example: [bold]cudagraph-contract explore --policy vllm_0_30 --depth 10[/]
     """
@@ -194,8 +279,10 @@ def explore(
     results = []
     with _progress(len(policies), "exploring", quiet or as_json) as advance:
         for p in policies:
-            results.append(run_explore(p, depth))
+            results.append(run_explore(p, depth, classify=True))
             advance()
+    differentials = _differentials(policies, base, {r.policy: r for r in results}, None,
+                                   None if quiet else (err if as_json else out))
     from contract.expected import expected_holds
 
     unexpected = []
@@ -206,11 +293,17 @@ def explore(
                 unexpected.append((p.name, pid))
             if out_dir is not None and not r.holds(pid):
                 write_atomic(out_dir / f"{p.name}-{pid}.json", r.counterexamples[pid].dumps())
+    if out_dir is not None:
+        _write_class_traces(out_dir, results, differentials)
     if as_json:
+        from contract.diffview import differential_json
+
         payload = {r.policy: {"states": r.states, "transitions": r.transitions, "complete": r.complete,
                               "depth": r.depth, "scenarios": r.scenarios,
                               "verdicts": {pid: (None if r.holds(pid) else len(r.counterexamples[pid].events))
-                                           for pid in PROPERTIES}}
+                                           for pid in PROPERTIES},
+                              "classes": [c.to_json() for c in r.classes]}
+                   | ({"differential": differential_json(*differentials[r.policy])} if r.policy in differentials else {})
                    for r in results}
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     elif not quiet:
@@ -220,10 +313,21 @@ def explore(
         for pid, prop in PROPERTIES.items():
             table.add_column(f"{pid} {prop.name}")
         for r in results:
-            row = ["[green]holds[/]" if r.holds(pid) else f"[yellow]fails ({len(r.counterexamples[pid].events)})[/]"
+            row = ["[green]holds[/]" if r.holds(pid) else
+                   f"[yellow]fails ({len(r.counterexamples[pid].events)})[/]{_classes_note(r, pid)}"
                    for pid in PROPERTIES]
             table.add_row(r.policy, f"{r.states}{'' if r.complete else ' (cut)'}", *row)
         out.print(table)
+        for r in results:
+            for c in r.classes:
+                out.print(f"{r.policy}: {c.length} events  {c.title}", soft_wrap=True)
+        if differentials:
+            from contract.diffview import print_differential
+
+            for d, _ in differentials.values():
+                print_differential(out, d)
+    if differentials:
+        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
     raise typer.Exit(1 if unexpected else 0)
 
 
