@@ -134,7 +134,7 @@ class Setting:
         label = _LABELS.get(self.field, self.field)
         if self.values == ("True",):
             return f"{label} on"
-        return f"{label} {'|'.join(self.values)}"
+        return f"{label} {' or '.join(self.values)}"
 
     def to_json(self) -> dict:
         return {"field": self.field, "values": list(self.values)}
@@ -178,7 +178,7 @@ class ViolationClass:
         head = "-".join(parts)
         where = "+".join(st.field if st.values == ("True",) else f"{st.field}={'|'.join(st.values)}"
                          for st in self.settings) or "defaults"
-        return re.sub(r"[^A-Za-z0-9_.=|+-]+", "-", f"{head}--{where}").replace("|", ",").strip("-")[:180]
+        return re.sub(r"[^A-Za-z0-9_=|+-]+", "-", f"{head}--{where}").replace("|", ",").strip("-")[:180]
 
     @property
     def length(self) -> int:

@@ -334,35 +334,87 @@ def explore(
 @app.command()
 def report(
     profile: str = typer.Option("ci", help="Hypothesis profile for the sampled verdicts and coverage."),
-    out_dir: Path = typer.Option(Path("reports"), "--out", help="Folder the reports go to."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder the reports go to. Default: reports/ for the "
+                                           "built-in policies; a new folder for --policy FILE or --vllm-src."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Report on these policies (built-in "
+                                               "names or .py files; repeatable) instead of every built-in one."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="Report on a vLLM source tree's load_model "
+                                            "wrapping block (compared with --base auto unless --base is given)."),
+    base: Optional[str] = _BASE_OPTION,
 ) -> None:
-    """Verify every built-in policy (Hypothesis + explorer) and write reports/: the verdict table,
-    one page and one JSON trace per counterexample, the coverage gaps.
+    """Verify policies (Hypothesis + explorer) and write the reports: the verdict table, one page and
+    one JSON trace per counterexample and per violation class, the coverage gaps and, with --base,
+    the differential page.
 
-    Example: [bold]cudagraph-contract report --out reports[/]
+    Example: [bold]cudagraph-contract report --out reports[/] ·
+    [bold]cudagraph-contract report --policy my_branch.py --base vllm_0_30[/]
     """
     from contract.explore import explore as run_explore
     from contract.report import PolicyResult, write
     from contract.verify import verify_policy
 
     settings = _settings(profile)
-    policies = _policies(None)
+    policies = _policies(policy) if policy or vllm_src is None else []
+    tree = None
+    if vllm_src is not None:
+        from contract import branch
+
+        try:
+            tree = branch.load(vllm_src)
+        except PolicyError as exc:
+            _fail(str(exc))
+        policies.append(tree.policy)
+        base = base or "auto"
+    committed = Path(__file__).resolve().parents[1] / "reports"
+    users = policy is not None or vllm_src is not None
+    if out_dir is None:
+        out_dir = _new_folder(Path("cudagraph-contract-report")) if users else Path("reports")
+    elif users and out_dir.resolve() == committed:
+        _fail(f"--out {out_dir} is the project's committed reports/; write a branch's report elsewhere (omit --out)")
     results = []
     with _progress(len(policies), "verifying", quiet) as advance:
         for p in policies:
             cells: set = set()
             verdicts = verify_policy(p, settings, cells=cells)
-            results.append(PolicyResult(p, verdicts, run_explore(p), cells))
+            results.append(PolicyResult(p, verdicts, run_explore(p, classify=True), cells))
             advance()
-    write(out_dir, results)
+    differentials = _differentials(policies, base, {r.policy.name: r.exploration for r in results}, tree,
+                                   None if quiet else out)
+    by_name = {p.name: p for p in policies}
+    write(out_dir, results, committed if users else None,
+          {name: (d, chosen, by_name[name], _base_policy(d, by_name, base, tree)) for name, (d, chosen) in differentials.items()})
     unexpected = [(r.policy.name, pid) for r in results for pid, v in r.verdicts.items()
                   if not v.as_expected or v.holds != r.exploration.holds(pid)]
     if not quiet:
         out.print(f"wrote {out_dir}/README.md")
-        for name, pid in unexpected:
-            out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")
+        if differentials:
+            from contract.diffview import print_differential
+
+            for d, _ in differentials.values():
+                print_differential(out, d)
+                out.print(f"wrote {out_dir}/{d.branch}/differential.md")
+        else:
+            for name, pid in unexpected:
+                out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")
+    if differentials:
+        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
     raise typer.Exit(1 if unexpected else 0)
+
+
+def _base_policy(d, by_name, base, tree):
+    from contract import base as base_mod
+
+    return base_mod.resolve(base, by_name[d.branch], tree if tree is not None and tree.policy is by_name[d.branch] else None)[0]
+
+
+def _new_folder(stem: Path) -> Path:
+    """``stem``, or ``stem-2``, ``stem-3``... : a folder that does not exist yet."""
+    candidate, n = stem, 1
+    while candidate.exists():
+        n += 1
+        candidate = stem.with_name(f"{stem.name}-{n}")
+    return candidate
 
 
 class _progress:
