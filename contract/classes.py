@@ -235,7 +235,10 @@ def classes_from(occurrences: dict[Signature, list[Occurrence]], make_trace) -> 
     ``make_trace(occurrence, signature)`` records the witness as a trace."""
     out = []
     for sig, occs in occurrences.items():
-        devs = [(frozenset(deviations(o.scenario).items()), o) for o in occs]
+        shortest: dict[frozenset, Occurrence] = {}
+        for o in sorted(occs, key=lambda o: (len(o.events), o.scenario_index)):
+            shortest.setdefault(frozenset(deviations(o.scenario).items()), o)
+        devs = list(shortest.items())
         minimal = [(d, o) for d, o in devs if not any(other < d for other, _ in devs)]
         groups = [({k: frozenset({v}) for k, v in d}, o) for d, o in minimal]
         for settings, o in _merge(groups):
