@@ -52,7 +52,7 @@ class Signature:
         return out
 
 
-def _what(v: Violation, record: StepRecord) -> tuple[str, str]:
+def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
     """(role, runtime_mode, what) of a violation on its step."""
     d = record.dispatches[v.dispatch] if v.dispatch is not None else None
     if v.property == "P6":
