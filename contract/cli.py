@@ -110,6 +110,64 @@ def _cell(verdict) -> str:
     return f"[green]{text}[/]" if verdict.holds else f"[yellow]{text}[/]"
 
 
+_BASE_OPTION = typer.Option(
+    None, "--base",
+    help="Compare with a base and report new, fixed and inherited violation classes: auto (the release the "
+         "branch is or starts from), a release (0.30.0), a built-in policy, a .py policy file or a vLLM tree. "
+         "Exit 0 when nothing is new, 1 when something is.")
+
+
+def _differentials(policies, base, explored, tree, say) -> dict:
+    """policy name -> (Differential, the line saying which base was chosen); ``say`` prints that
+    line (a console, or None)."""
+    if base is None:
+        return {}
+    from contract import base as base_mod
+    from contract.differential import compare
+
+    found = {}
+    for p in policies:
+        try:
+            base_policy, chosen = base_mod.resolve(base, p, tree if tree is not None and tree.policy is p else None)
+            explored_base = next((explored[q.name] for q in policies
+                                  if (q.name, q.source) == (base_policy.name, base_policy.source)), None)
+            found[p.name] = (compare(p, base_policy, branch_exploration=explored.get(p.name),
+                                     base_exploration=explored_base), chosen)
+        except PolicyError as exc:
+            _fail(str(exc))
+        if say is not None:
+            say.print(f"{p.name}: {chosen}", soft_wrap=True)
+    return found
+
+
+def _classes_note(exploration, pid: str) -> str:
+    n = len(exploration.classes_of(pid))
+    return f" · {n} class{'es' if n != 1 else ''}" if n else ""
+
+
+def _print_hypothesis_classes(results, policies) -> None:
+    from contract.classes import of_trace
+
+    by_name = {p.name: p for p in policies}
+    for name, verdicts in results.items():
+        found = [c for v in verdicts.values() if v.trace is not None for c in of_trace(v.trace, by_name[name])]
+        if found:
+            out.print(f"{name}: Hypothesis found {len(found)} class{'es' if len(found) != 1 else ''}: "
+                      + "; ".join(c.title for c in found), soft_wrap=True)
+
+
+def _write_class_traces(out_dir: Path, explorations, differentials) -> None:
+    """One trace per class (``POLICY-CLASS.json``) and per new class against the base."""
+    from contract.trace import write_atomic
+
+    for ex in explorations:
+        for c in ex.classes:
+            write_atomic(out_dir / f"{c.witness.name}.json", c.witness.dumps())
+    for d, _ in differentials.values():
+        for c in d.new:
+            write_atomic(out_dir / "new" / f"{c.witness.name}.json", c.witness.dumps())
+
+
 @app.command()
 def verify(
     policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Built-in policy name or a .py policy file; repeatable. Default: every built-in policy."),
@@ -119,8 +177,12 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify its load_model wrapping block, as the known revision it is or run as a policy."),
+    base: Optional[str] = _BASE_OPTION,
 ) -> None:
     """Run the Hypothesis state machine against each policy and print the verdict table.
+
+    With --base (the default for --vllm-src: auto), the exit code says whether the branch adds a
+    violation class the base does not have.
 
     Example: [bold]cudagraph-contract verify --policy vllm_0_30 --policy my_branch.py[/]
     """
@@ -141,16 +203,20 @@ def verify(
         if not quiet:
             (err if as_json else out).print(found.recognised, soft_wrap=True)
         policies.append(found.policy)
+        base = base or "auto"
     from contract.explore import explore as run_explore
 
-    results, coverage = {}, {}
+    results, coverage, explored = {}, {}, {}
     with _progress(len(policies), "verifying", quiet or as_json) as advance:
         for p in policies:
             cells: set = set()
             results[p.name] = verify_policy(p, settings, seed, cells=cells)
-            reachable = run_explore(p).cells
+            explored[p.name] = run_explore(p, classify=True)
+            reachable = explored[p.name].cells
             coverage[p.name] = (len(cells & reachable), len(reachable))
             advance()
+    differentials = _differentials(policies, base, explored, found if vllm_src is not None else None,
+                                   None if quiet else (err if as_json else out))
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
         with _writing():
@@ -158,10 +224,19 @@ def verify(
                 for v in verdicts.values():
                     if v.trace is not None:
                         write_atomic(out_dir / f"{v.policy}-{v.property}.json", v.trace.dumps())
+            _write_class_traces(out_dir, explored.values(), differentials)
     if as_json:
+        from contract.classes import of_trace
+        from contract.diffview import differential_json
+
+        by_name = {p.name: p for p in policies}
         payload = {
-            name: _verdicts_json(verdicts)
+            name: {pid: data | {"hypothesis_classes": [c.title for c in (of_trace(verdicts[pid].trace, by_name[name])
+                                                                      if verdicts[pid].trace else [])],
+                                "classes": [c.id for c in explored[name].classes_of(pid)]}
+                   for pid, data in _verdicts_json(verdicts).items()}
             | {"coverage": {"reached": coverage[name][0], "reachable": coverage[name][1]}}
+            | ({"differential": differential_json(*differentials[name])} if name in differentials else {})
             for name, verdicts in results.items()
         }
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
@@ -171,14 +246,23 @@ def verify(
         for pid, prop in PROPERTIES.items():
             table.add_column(f"{pid} {prop.name}")
         for name, verdicts in results.items():
-            table.add_row(name, *(_cell(v) for v in verdicts.values()))
+            table.add_row(name, *(_cell(v) + _classes_note(explored[name], pid) for pid, v in verdicts.items()))
         out.print(table)
         for name, (reached, reachable) in coverage.items():
             out.print(f"{name}: the {profile} profile reached {reached} of {reachable} cells the explorer "
                       f"finds reachable ({100 * reached / max(reachable, 1):.1f}%)")
-        for v in unexpected:
-            out.print(f"[red]{v.policy} {v.property}:[/] "
-                      + (v.message if not v.holds else "expected a counterexample, none found"))
+        _print_hypothesis_classes(results, policies)
+        if differentials:
+            from contract.diffview import print_differential
+
+            for d, _ in differentials.values():
+                print_differential(out, d)
+        elif unexpected:
+            for v in unexpected:
+                out.print(f"[red]{v.policy} {v.property}:[/] "
+                          + (v.message if not v.holds else "expected a counterexample, none found"))
+    if differentials:
+        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
     raise typer.Exit(1 if unexpected else 0)
 
 
@@ -230,9 +314,11 @@ def explore(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write each shortest counterexample as a JSON trace here."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+    base: Optional[str] = _BASE_OPTION,
 ) -> None:
     """Enumerate every scenario class and event sequence up to DEPTH: a proof within the bound where
-    the contract holds, the shortest counterexample where it does not.
+    the contract holds, the shortest counterexample where it does not, and every violation class
+    with its own shortest counterexample.
 
     Example: [bold]cudagraph-contract explore --policy vllm_0_30 --depth 10[/]
     """
@@ -244,8 +330,10 @@ def explore(
     results = []
     with _progress(len(policies), "exploring", quiet or as_json) as advance:
         for p in policies:
-            results.append(run_explore(p, depth))
+            results.append(run_explore(p, depth, classify=True))
             advance()
+    differentials = _differentials(policies, base, {r.policy: r for r in results}, None,
+                                   None if quiet else (err if as_json else out))
     from contract.expected import expected_holds
 
     unexpected = []
@@ -257,11 +345,17 @@ def explore(
                     unexpected.append((p.name, pid))
                 if out_dir is not None and not r.holds(pid):
                     write_atomic(out_dir / f"{p.name}-{pid}.json", r.counterexamples[pid].dumps())
+        if out_dir is not None:
+            _write_class_traces(out_dir, results, differentials)
     if as_json:
+        from contract.diffview import differential_json
+
         payload = {r.policy: {"states": r.states, "transitions": r.transitions, "complete": r.complete,
                               "depth": r.depth, "scenarios": r.scenarios,
                               "verdicts": {pid: (None if r.holds(pid) else len(r.counterexamples[pid].events))
-                                           for pid in PROPERTIES}}
+                                           for pid in PROPERTIES},
+                              "classes": [c.to_json() for c in r.classes]}
+                   | ({"differential": differential_json(*differentials[r.policy])} if r.policy in differentials else {})
                    for r in results}
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     elif not quiet:
@@ -271,42 +365,82 @@ def explore(
         for pid, prop in PROPERTIES.items():
             table.add_column(f"{pid} {prop.name}")
         for r in results:
-            row = ["[green]holds[/]" if r.holds(pid) else f"[yellow]fails ({len(r.counterexamples[pid].events)})[/]"
+            row = ["[green]holds[/]" if r.holds(pid) else
+                   f"[yellow]fails ({len(r.counterexamples[pid].events)})[/]{_classes_note(r, pid)}"
                    for pid in PROPERTIES]
             table.add_row(r.policy, f"{r.states}{'' if r.complete else ' (cut)'}", *row)
         out.print(table)
+        for r in results:
+            for c in r.classes:
+                out.print(f"{r.policy}: {c.length} events  {c.title}", soft_wrap=True)
+        if differentials:
+            from contract.diffview import print_differential
+
+            for d, _ in differentials.values():
+                print_differential(out, d)
+    if differentials:
+        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
     raise typer.Exit(1 if unexpected else 0)
 
 
 @app.command()
 def report(
     profile: str = typer.Option("ci", help="Hypothesis profile for the sampled verdicts and coverage."),
-    out_dir: Path = typer.Option(Path("reports"), "--out", help="Folder the reports go to."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder the reports go to. Default: reports/ for the "
+                                           "built-in policies; a new folder for --policy FILE or --vllm-src."),
     seed: Optional[int] = typer.Option(None, help="Seed for the Hypothesis runs (default: the ci profile's seed 0); the same seed writes the same bytes."),
     as_json: bool = typer.Option(False, "--json", help="Also print the verdicts as JSON (as verify --json does)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Report on these policies (built-in "
+                                               "names or .py files; repeatable) instead of every built-in one."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="Report on a vLLM source tree's load_model "
+                                            "wrapping block (compared with --base auto unless --base is given)."),
+    base: Optional[str] = _BASE_OPTION,
 ) -> None:
-    """Verify every built-in policy (Hypothesis + explorer) and write reports/: the verdict table,
-    one page and one JSON trace per counterexample, the coverage gaps.
+    """Verify policies (Hypothesis + explorer) and write the reports: the verdict table, one page and
+    one JSON trace per counterexample and per violation class, the coverage gaps and, with --base,
+    the differential page.
 
-    Example: [bold]cudagraph-contract report --out reports[/]
+    Example: [bold]cudagraph-contract report --out reports[/] ·
+    [bold]cudagraph-contract report --policy my_branch.py --base vllm_0_30[/]
     """
     from contract.explore import explore as run_explore
     from contract.report import PolicyResult, write
     from contract.verify import verify_policy
 
     settings = _settings(profile)
+    policies = _policies(policy) if policy or vllm_src is None else []
+    tree = None
+    if vllm_src is not None:
+        from contract import branch
+
+        try:
+            tree = branch.load(vllm_src)
+        except PolicyError as exc:
+            _fail(str(exc))
+        policies.append(tree.policy)
+        base = base or "auto"
+    committed = Path(__file__).resolve().parents[1] / "reports"
+    users = policy is not None or vllm_src is not None
+    if out_dir is None:
+        out_dir = _new_folder(Path("cudagraph-contract-report")) if users else Path("reports")
+    elif users and out_dir.resolve() == committed:
+        _fail(f"--out {out_dir} is the project's committed reports/; write a branch's report elsewhere (omit --out)")
     _check_out(out_dir)
-    policies = _policies(None)
     results = []
     with _progress(len(policies), "verifying", quiet) as advance:
         for p in policies:
             cells: set = set()
             verdicts = verify_policy(p, settings, seed, cells=cells)
-            results.append(PolicyResult(p, verdicts, run_explore(p), cells))
+            results.append(PolicyResult(p, verdicts, run_explore(p, classify=True), cells))
             advance()
+    differentials = _differentials(policies, base, {r.policy.name: r.exploration for r in results}, tree,
+                                   None if quiet else out)
+    by_name = {p.name: p for p in policies}
     with _writing():
-        write(out_dir, results)
+        write(out_dir, results, committed if users else None,
+              {name: (d, chosen, by_name[name], _base_policy(d, by_name, base, tree))
+               for name, (d, chosen) in differentials.items()})
     unexpected = [(r.policy.name, pid) for r in results for pid, v in r.verdicts.items()
                   if not v.as_expected or v.holds != r.exploration.holds(pid)]
     if as_json:
@@ -318,9 +452,33 @@ def report(
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     elif not quiet:
         out.print(f"wrote {out_dir}/README.md")
-        for name, pid in unexpected:
-            out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")
+        if differentials:
+            from contract.diffview import print_differential
+
+            for d, _ in differentials.values():
+                print_differential(out, d)
+                out.print(f"wrote {out_dir}/{d.branch}/differential.md")
+        else:
+            for name, pid in unexpected:
+                out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")
+    if differentials:
+        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
     raise typer.Exit(1 if unexpected else 0)
+
+
+def _base_policy(d, by_name, base, tree):
+    from contract import base as base_mod
+
+    return base_mod.resolve(base, by_name[d.branch], tree if tree is not None and tree.policy is by_name[d.branch] else None)[0]
+
+
+def _new_folder(stem: Path) -> Path:
+    """``stem``, or ``stem-2``, ``stem-3``... : a folder that does not exist yet."""
+    candidate, n = stem, 1
+    while candidate.exists():
+        n += 1
+        candidate = stem.with_name(f"{stem.name}-{n}")
+    return candidate
 
 
 class _progress:

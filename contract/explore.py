@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from contract.classes import Occurrence, Signature, ViolationClass, classes_from, signatures
 from contract.coverage import Cell, cells_of
 from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.policy import Policy
@@ -53,6 +54,13 @@ class Exploration:
     seconds: float = 0.0
     counterexamples: dict[str, Trace] = field(default_factory=dict)  # property -> shortest trace
     cells: set[Cell] = field(default_factory=set)
+    classes: list[ViolationClass] = field(default_factory=list)  # with ``classify``: every class, shortest witness
+    # with ``classify``: per signature, its shortest witness in every scenario that shows it
+    occurrences: dict[Signature, list[Occurrence]] = field(default_factory=dict)
+    scenario_list: list[Scenario] = field(default_factory=list)
+
+    def classes_of(self, prop: str) -> list[ViolationClass]:
+        return [c for c in self.classes if c.signature.property == prop]
 
     def holds(self, prop: str) -> bool:
         return prop not in self.counterexamples
@@ -60,7 +68,8 @@ class Exploration:
 
 
 def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario] | None = None,
-            only: frozenset[str] | None = None, base: Policy | None = None, first_only: bool = False) -> Exploration:
+            only: frozenset[str] | None = None, base: Policy | None = None, first_only: bool = False,
+            classify: bool = False) -> Exploration:
     """BFS from every scenario's initial state. Level order makes the first violation found for a
     property a shortest counterexample (ties broken by scenario order, then event order).
     ``first_only`` stops after the first scenario that shows a violation (a kill check: the
@@ -68,12 +77,16 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
 
     With ``base`` (a mutant's base policy), an edge counts as a violation where the two policies'
     verdicts differ, as in the Hypothesis machine's lockstep mode.
+
+    ``classify`` enumerates every violation class reachable in the bound (``contract/classes.py``):
+    the first witness of a signature in a scenario is its shortest there, by level order.
     """
     started = time.perf_counter()
     scenarios = scenarios if scenarios is not None else canonical_scenarios(policy.runner, policy.config_revision)
-    result = Exploration(policy.name, depth, len(scenarios))
+    result = Exploration(policy.name, depth, len(scenarios), scenario_list=list(scenarios))
     wanted = set(only or PROPERTIES) | ({"halt"} if base is not None else set())
     found: dict[str, tuple[int, object, object, Violation]] = {}
+    occurrences: dict[Signature, list[Occurrence]] = {}
     for index, scenario in enumerate(scenarios):
         graph = nx.DiGraph()
         events = alphabet(scenario)
@@ -83,6 +96,7 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
         nodes = {root: (state, base_state)}
         graph.add_node(root)
         frontier = deque([(root, 0)])
+        shown: set[Signature] = set()
         while frontier:
             node, level = frontier.popleft()
             state, base_state = nodes[node]
@@ -106,6 +120,14 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
                     nodes[key] = child
                     graph.add_edge(node, key, event=event)
                     frontier.append((key, level + 1))
+                if classify and base is None and (violations or rec.halted):
+                    for sig, v in signatures(rec, violations):
+                        if sig not in shown:
+                            shown.add(sig)
+                            path = nx.shortest_path(graph, root, node)
+                            trail = tuple(graph.edges[a, b]["event"] for a, b in zip(path, path[1:])) + (event,)
+                            occurrences.setdefault(sig, []).append(Occurrence(
+                                index, scenario, trail, level, v.message if v else rec.halted))
                 for v in violations:
                     if v.property in wanted and (v.property not in found or found[v.property][0] > level + 1):
                         found[v.property] = (level + 1, index, (graph, node, event), v)
@@ -120,8 +142,21 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
         result.counterexamples[prop] = record(
             scenario, policy, trail, name=f"{policy.name}-{prop}", prop=prop,
             origin={"engine": "explorer", "depth": depth})
+    result.occurrences = occurrences
+    result.classes = witnessed_classes(occurrences, policy, depth)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def witnessed_classes(occurrences: dict[Signature, list[Occurrence]], policy: Policy,
+                      depth: int = DEFAULT_DEPTH) -> list[ViolationClass]:
+    """The classes of a set of occurrences, each witness recorded as a trace under ``policy``."""
+    out = classes_from(occurrences, lambda o, sig: record(
+        o.scenario, policy, list(o.events), prop=sig.property if sig.property in PROPERTIES else None,
+        origin={"engine": "explorer", "depth": depth}))
+    for c in out:
+        c.witness.name = f"{policy.name}-{c.id}"
+    return out
 
 
 def _lockstep(scenario, base, base_state, event, level, rec, violations):

@@ -234,9 +234,12 @@ def readme(results: list[PolicyResult], coverage: tuple[int, int], confirmations
                 status = confirmations.get((r.policy.name, pid), STATUS.get((r.policy.name, pid), "reading"))
                 tag = "" if status.startswith("confirmed") else " *reading*"
                 hyp = f"{v.length}" if not v.holds else "not found"
-                cells.append(f"[fails: {n} events (Hypothesis {hyp})]({r.policy.name}/{pid}.md){tag}")
+                k = len(ex.classes_of(pid))
+                classes = f", [{k} class{'es' if k != 1 else ''}](#{r.policy.name.replace('_', '')}-classes)" if k else ""
+                cells.append(f"[fails: {n} events (Hypothesis {hyp})]({r.policy.name}/{pid}.md){classes}{tag}")
         lines.append(f"| `{r.policy.name}` | " + " | ".join(cells) + " |")
     reached, total = coverage
+    lines += _classes_section(results)
     lines += [
         "",
         "## Exploration bound and coverage",
@@ -257,6 +260,21 @@ def readme(results: list[PolicyResult], coverage: tuple[int, int], confirmations
         "",
     ]
     return "\n".join(lines)
+
+
+def _classes_section(results: list[PolicyResult]) -> list[str]:
+    """Every violation class the explorer enumerated, per policy, linked to its page."""
+    from contract.class_report import class_index
+
+    lines = ["", "## Violation classes", "",
+             "One class per cause: the property, role, runtime mode and what happened, under the smallest "
+             "scenario settings that show it (deviations from vLLM's defaults), each with its own shortest "
+             "counterexample. *halt* classes are steps where vLLM stops without violating a property.", ""]
+    for r in results:
+        lines.append(f'<a id="{r.policy.name.replace("_", "")}-classes"></a>')
+        lines.append("")
+        lines += class_index(r.policy.name, r.exploration.classes)
+    return lines[:-1]
 
 
 def coverage_page(results: list[PolicyResult]) -> str:
@@ -288,10 +306,20 @@ def load_confirmations(reports: Path) -> dict[tuple[str, str], str]:
     return out
 
 
-def write(out: Path, results: list[PolicyResult], conformance_reports: Path | None = None) -> list[Path]:
-    """``conformance_reports`` (default ``out``) holds the committed ``conformance/*.json``."""
+def write(out: Path, results: list[PolicyResult], conformance_reports: Path | None = None,
+          differentials: dict | None = None) -> list[Path]:
+    """``conformance_reports`` (default ``out``) holds the committed ``conformance/*.json``;
+    ``differentials`` maps a policy name to (Differential, chosen-base line, branch, base)."""
+    from contract.class_report import witness_confirmations, write_class, write_differential
+
     confirmations = load_confirmations(conformance_reports or out)
+    by_witness = witness_confirmations(conformance_reports or out)
     written = []
+    for r in results:
+        for c in r.exploration.classes:
+            written += write_class(out, f"{r.policy.name}/classes", r.policy, c, by_witness)
+    for d, chosen, branch, base in (differentials or {}).values():
+        written += write_differential(out, d, chosen, branch, base, by_witness)
     for r in results:
         for pid, v in r.verdicts.items():
             trace = r.exploration.counterexamples.get(pid)

@@ -74,6 +74,63 @@ def _trace_paths(traces: list[Path] | None) -> list[Path]:
     return out
 
 
+def _branch_conform(vllm_src: Path, base: str, traces, as_json: bool) -> None:
+    """Exit 0 when vLLM's own code shows no new class on the branch, 1 when it does."""
+    from contract import base as base_mod
+    from contract import branch
+    from contract.conformance import branch_conform, corpus
+    from contract.conformance.installed import EnvironmentProblem, policy_for
+    from contract.policy import PolicyError, load_policy
+    from contract.trace import TraceError, load
+
+    try:
+        tree = branch.load(vllm_src, as_policy=True)
+        version = base if base != "auto" else base_mod.tree_version(vllm_src)
+        if version is None:
+            _fail(f"--base auto: {vllm_src} has no vllm/_version.py; name the release with --base VERSION")
+        release_policy = load_policy(policy_for(version))
+    except (PolicyError, EnvironmentProblem) as exc:
+        _fail(str(exc))
+    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
+    if not python.exists():
+        _fail(f"no environment for vLLM {version}: {python.parent.parent} does not exist "
+              f"(make it with conformance-env/make-env.sh {version} {python.parent.parent})")
+    if traces:
+        try:
+            chosen = [load(p) for p in _trace_paths(traces)]
+        except TraceError as exc:
+            _fail(str(exc))
+    else:
+        # one trace per observation cell of either side's model, so both sides' behaviours are replayed
+        chosen, seen = [], set()
+        for policy in (release_policy, tree.policy):
+            for t in corpus.select(corpus.generated(policy)):
+                if t.scenario not in seen:
+                    seen.add(t.scenario)
+                    chosen.append(t)
+    for i, t in enumerate(chosen):
+        t.name = t.name or f"trace-{i}"
+    try:
+        base_obs = branch_conform.observe(python, ROOT, chosen, None)
+        branch_obs = branch_conform.observe(python, ROOT, chosen, vllm_src)
+    except branch_conform.ObserveProblem as exc:
+        _fail(str(exc))
+    label = f"{Path(vllm_src).resolve().name} on vLLM {version}"
+    d = branch_conform.compare(chosen, base_obs, branch_obs, label, f"vLLM {version}")
+    if as_json:
+        sys.stdout.write(json.dumps({**d.to_json(), "traces": len(chosen),
+                                     "tree_modules": branch_obs["tree_modules"]}, indent=1) + "\n")
+    else:
+        from rich.console import Console
+
+        from contract.diffview import print_differential
+
+        typer.echo(f"replayed {len(chosen)} traces on vLLM {version} and on {vllm_src} "
+                   f"(its modules that differ: {', '.join(branch_obs['tree_modules']) or 'none'})")
+        print_differential(Console(highlight=False, soft_wrap=True), d)
+    raise typer.Exit(1 if d.new else 0)
+
+
 def conform(
     vllm: str = typer.Option("auto", "--vllm", help="auto: the vLLM installed with this Python. A version "
                              "(0.30.0) re-runs under .venv-vllm-VERSION; a venv folder or python path re-runs there."),
@@ -91,11 +148,21 @@ def conform(
     trust_policy_files: bool = typer.Option(False, "--trust-policy-files", help="Take traces that name a policy "
                                             "file (the comparison runs the installed release's policy, never the file)."),
     verbose: bool = typer.Option(False, "--verbose", help="Show vLLM's own log lines (default: errors only)."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree: replay the corpus on it "
+                                            "(on top of the --base release) and on the release, and report the "
+                                            "violation classes vLLM's own code shows new, fixed and inherited."),
+    base: Optional[str] = typer.Option(None, "--base", help="With --vllm-src: the release it starts from "
+                                       "(0.30.0; .venv-vllm-VERSION must exist), or auto (the tree's version)."),
 ) -> None:
     """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
 
-    Example: [bold]cudagraph-contract conform --vllm 0.30.0[/]
+    Example: [bold]cudagraph-contract conform --vllm 0.30.0[/] ·
+    [bold]cudagraph-contract conform --vllm-src ~/src/vllm --base 0.30.0[/]
     """
+    if vllm_src is not None:
+        _branch_conform(vllm_src, base or "auto", traces, as_json)
+    if base is not None:
+        _fail("--base needs --vllm-src (the branch to compare with the release)")
     if corpus not in CORPORA:
         _fail(f"--corpus must be one of {', '.join(CORPORA)}, got {corpus!r}")
     from contract.conformance import device as device_mod

@@ -1,0 +1,56 @@
+"""Reports per class and for user branches: one page and one trace per class, the differential
+page, a new folder by default and never the committed reports/."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from contract.cli import app
+from test_classes import NESTED_FULL
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def test_every_class_has_a_page_and_a_replayable_trace(tmp_path):
+    out = tmp_path / "r"
+    result = runner.invoke(app, ["report", "--policy", "vllm_0_30", "--out", str(out), "--profile", "dev", "-q"])
+    assert result.exit_code == 0, result.output
+    pages = sorted((out / "vllm_0_30" / "classes").glob("P1-*.md"))
+    assert len(pages) >= 3
+    readme = (out / "README.md").read_text()
+    for page in pages:
+        assert f"vllm_0_30/classes/{page.name}" in readme
+        text = page.read_text()
+        assert "## The events" in text and "```mermaid" in text and "Smallest settings it occurs under" in text
+        replayed = runner.invoke(app, ["replay", str(page.with_suffix(".json"))])
+        assert replayed.exit_code == 0, replayed.output
+    # one page per cause: the target's P1 no-capturer pages show different scenarios, not one shown thrice
+    target = [p for p in pages if p.name.startswith("P1-target-PIECEWISE-no-capturer--")]
+    scenarios = {json.dumps(json.loads(p.with_suffix(".json").read_text())["scenario"], sort_keys=True) for p in target}
+    assert len(target) >= 3 and len(scenarios) == len(target)
+
+
+def test_user_policy_report_goes_to_a_new_folder_with_the_differential(tmp_path, monkeypatch):
+    policy = tmp_path / "nested_full.py"
+    policy.write_text(NESTED_FULL)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cudagraph-contract-report").mkdir()  # an earlier report is left alone
+    result = runner.invoke(app, ["report", "--policy", str(policy), "--base", "vllm_0_30", "--profile", "dev", "-q"])
+    assert result.exit_code == 1, result.output  # something new
+    folder = tmp_path / "cudagraph-contract-report-2"
+    page = (folder / "nested_full" / "differential.md").read_text()
+    assert "## New in `nested_full`: " in page and "nested capture" in page
+    data = json.loads((folder / "nested_full" / "differential.json").read_text())
+    assert data["new"] and data["base"] == "vllm_0_30"
+    assert list((folder / "nested_full" / "differential" / "new").glob("*nested-capture*.md"))
+    assert not any((tmp_path / "cudagraph-contract-report").iterdir())
+
+
+def test_user_report_refuses_the_committed_reports_folder(tmp_path):
+    before = sorted(p.name for p in (ROOT / "reports").iterdir())
+    result = runner.invoke(app, ["report", "--policy", "vllm_0_30", "--out", str(ROOT / "reports"), "-q"])
+    assert result.exit_code == 2
+    assert "committed reports/" in result.output
+    assert sorted(p.name for p in (ROOT / "reports").iterdir()) == before

@@ -1,0 +1,56 @@
+"""The pytest plugin, run as vLLM's CI would run it: each new class a failing item with its witness."""
+
+import importlib.metadata
+
+import pytest
+
+from test_classes import NESTED_FULL
+
+pytest_plugins = ("pytester",)
+
+SAME_AS_0_30 = NESTED_FULL.replace("runtime_mode=FULL)\n        if drafter", "runtime_mode=PIECEWISE)\n        if drafter")
+
+
+def test_the_entry_point_is_registered():
+    names = {e.name: e.value for e in importlib.metadata.entry_points(group="pytest11")}
+    assert names.get("cudagraph_contract") == "contract.pytest_plugin"
+
+
+def test_each_new_class_is_a_failing_item_with_its_witness(pytester):
+    policy = pytester.makepyfile(nested_full=NESTED_FULL)
+    result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-base", "vllm_0_30")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 1 and "passed" not in outcomes
+    result.stdout.fnmatch_lines([
+        "*cudagraph_contract::nested_full::new::P1-target-FULL-nested-capture--breakable*",
+        "*new in nested_full (not in vllm_0_30): P1 target FULL: nested capture, under breakable on*",
+        "*shortest witness (3 events): load_model * profile_run * profile_cudagraph_memory*",
+        "*nested_full: base vllm_0_30; * new, 0 fixed, * inherited*",
+    ])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_nothing_new_is_one_passing_item(pytester):
+    policy = pytester.makepyfile(same_as_0_30=SAME_AS_0_30)
+    result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-base", "vllm_0_30")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*same_as_0_30: base vllm_0_30; 0 new, 0 fixed, * inherited*"])
+
+
+def test_hypothesis_profile_adds_its_own_items(pytester):
+    policy = pytester.makepyfile(nested_full=NESTED_FULL)
+    result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-base", "vllm_0_30",
+                                "--cudagraph-contract-profile", "ci")
+    result.stdout.fnmatch_lines(["*cudagraph_contract::nested_full::hypothesis::P1-target-FULL-nested-capture*"])
+
+
+def test_a_bad_base_is_a_usage_error(pytester):
+    policy = pytester.makepyfile(same_as_0_30=SAME_AS_0_30)
+    result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-base", "vllm_9")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cudagraph-contract: unknown base 'vllm_9'*"])
+
+
+def test_without_options_the_plugin_adds_nothing(pytester):
+    pytester.makepyfile(test_one="def test_one():\n    assert True\n")
+    pytester.runpytest().assert_outcomes(passed=1)
