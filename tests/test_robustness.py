@@ -18,11 +18,9 @@ from typer.testing import CliRunner
 
 from contract import policy as policy_module
 from contract.cli import app
-from contract.trace import TraceError, load, loads
+from contract.trace import TraceError, load
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT / "tests" / "traces" / "lead3-drafter-capture-outside-window.json"
-VALID = TRACE.read_text()
 runner = CliRunner()
 
 JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 100), st.text(max_size=12),
