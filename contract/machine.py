@@ -32,7 +32,8 @@ def _weighted(*pairs):
 
 @st.composite
 def scenarios(draw, runner: Runner = Runner.MRV1) -> Scenario:
-    """Every modelled setting, field by field; only combinations vLLM can express.
+    """Every modelled MRV1 setting, field by field; only combinations vLLM can express (MRV2 draws
+    its own: ``contract.mrv2.model_runner.scenarios``).
 
     Rarely used settings (micro-batching, n-gram drafters, ``speculative_config.enforce_eager``)
     are drawn less often, so sampling spends its examples where deployments are; the explorer
@@ -43,14 +44,14 @@ def scenarios(draw, runner: Runner = Runner.MRV1) -> Scenario:
     return Scenario(
         runner=runner,
         breakable=draw(st.booleans()),
-        ubatching=runner is Runner.MRV1 and draw(_weighted((False, 3), (True, 1))),
+        ubatching=draw(_weighted((False, 3), (True, 1))),
         cudagraph_mode=draw(st.sampled_from(CUDAGraphMode)),
         compilation_mode=draw(st.sampled_from(CompilationMode)),
         splitting_ops=draw(_weighted((SplittingOps.DEFAULT, 2), (SplittingOps.ATTENTION, 1), (SplittingOps.EMPTY, 1))),
         drafter=drafter,
         attention_support=draw(st.sampled_from(AttentionCGSupport)),
         spec_enforce_eager=has_spec and draw(_weighted((False, 3), (True, 1))),
-        uniform_decode_query_len=(draw(st.sampled_from((2, 3) if runner is Runner.MRV1 else (2,))) if has_spec else 1),
+        uniform_decode_query_len=draw(st.sampled_from((2, 3))) if has_spec else 1,
     )
 
 

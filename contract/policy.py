@@ -20,7 +20,9 @@ Writing your own policy (a branch under review) takes one function::
         return Stacks(model, drafter)
 
 and ``cudagraph-contract verify --policy my_branch.py``. Optional module attributes:
-``RUNNER`` (``Runner.MRV1``), ``CONFIG_REVISION`` (``ConfigRevision.V0_30``), ``DESCRIPTION``.
+``CONFIG_REVISION`` (``ConfigRevision.V0_30``), ``DESCRIPTION``. Model Runner V2 never wraps the
+model; its releases are ``contract.mrv2.policy.Mrv2Policy`` values, and an MRV2 branch is verified
+with ``--vllm-src``.
 """
 
 from __future__ import annotations
@@ -120,6 +122,10 @@ def from_module(module, name: str, source: str) -> Policy:
     revision = getattr(module, "CONFIG_REVISION", ConfigRevision.V0_30)
     if not isinstance(runner, Runner) or not isinstance(revision, ConfigRevision):
         raise PolicyError(f"policy {source}: RUNNER must be a Runner and CONFIG_REVISION a ConfigRevision")
+    if runner is not Runner.MRV1:
+        # MRV2 never wraps the model (v1/worker/gpu/model_runner.py:403,408 in 0.33.0).
+        raise PolicyError(f"policy {source}: a load_model policy is Model Runner V1; Model Runner V2 never wraps "
+                          "the model: verify an MRV2 branch with --vllm-src PATH")
     doc = (getattr(module, "DESCRIPTION", None) or module.__doc__ or "").strip().splitlines()
     return Policy(
         name=name,
