@@ -29,7 +29,7 @@ from contract import stack
 from contract.conformance import wrapping
 from contract.modes import CUDAGraphMode
 from contract.mrv2.branch import BranchError  # one error class for both runners
-from contract.policy import LoadContext, Policy, PolicyError, load_policy
+from contract.policy import LoadContext, Policy, load_policy
 from contract.scenario import ConfigRevision
 
 RUNNER_FILE = "v1/worker/gpu_model_runner.py"

@@ -125,3 +125,26 @@ def test_mrv2_runtime_capture_is_reported_as_silent_not_as_mrv1s_error():
                  capture_phase=False, capturing_enabled=None, ran_eager=False)
     message = capture_legality(Scenario(runner=Runner.MRV2), Runner.MRV2, d)
     assert "silent runtime capture" in message and "inappropriate" not in message
+
+
+LEADS = {
+    # L1: compiled under FULL, resolved to FULL_AND_PIECEWISE: target PIECEWISE has no capturer
+    "L1": (dict(cudagraph_mode=FULL, attention_support=AttentionCGSupport.UNIFORM_BATCH), "target"),
+    # L1 again, through adaptive verification's FULL -> FULL_AND_PIECEWISE rewrite
+    "L1-adaptive": (dict(cudagraph_mode=FULL, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
+                         adaptive_verification=True), "target"),
+    # L2: a draft model with no active @support_torch_compile submodule under a compiled target
+    "L2": (dict(drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2, draft_compiled=False), "drafter"),
+}
+
+
+@pytest.mark.parametrize("policy", ["mrv2_0_33", "mrv2_0_34"])
+@pytest.mark.parametrize("lead", sorted(LEADS))
+def test_the_explorer_finds_each_lead_on_both_releases(policy, lead):
+    from contract.explore import explore
+
+    fields, role = LEADS[lead]
+    found = explore(load_policy(policy), scenarios=[Scenario(runner=Runner.MRV2, **fields)]).counterexamples
+    assert set(found) == {"P1"}
+    message = found["P1"].expected_violations[0]["message"]
+    assert message.startswith(f"{role} ") and "PIECEWISE" in message and "silent eager fallback" in message

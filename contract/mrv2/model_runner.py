@@ -332,7 +332,7 @@ class _Step:
 
     # -- serving -----------------------------------------------------------------------------
 
-    def _batch(self, num_tokens: int, uniform: bool) -> tuple[int, int | None, int]:
+    def batch(self, num_tokens: int, uniform: bool) -> tuple[int, int | None, int]:
         """(num_reqs, uniform_token_count, max_query_len) of an abstract batch: a uniform decode
         batch has ``q`` tokens per request; a mixed one is taken at its most requests, with one
         request longer than ``q`` (a prefill)."""
@@ -343,11 +343,11 @@ class _Step:
 
     def target_num_tokens_after_padding(self, num_tokens: int, uniform: bool) -> int:
         """``max(num_tokens, batch_desc.num_tokens)`` (``33:…/model_runner.py:1396``, ``34:…:1466``)."""
-        num_reqs, utc, mql = self._batch(num_tokens, uniform)
+        num_reqs, utc, mql = self.batch(num_tokens, uniform)
         return max(num_tokens, cgu.dispatch(self.state.target, num_reqs, num_tokens, utc, mql).num_tokens)
 
     def execute_model(self, event: ExecuteModel) -> None:
-        num_reqs, utc, mql = self._batch(event.num_tokens, event.uniform_decode)
+        num_reqs, utc, mql = self.batch(event.num_tokens, event.uniform_decode)
         if event.force_eager:  # need_eager: dispatch_cg_and_sync_dp returns NONE
             desc = BED(NONE, event.num_tokens, num_reqs)
         else:

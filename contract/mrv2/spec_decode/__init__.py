@@ -103,23 +103,21 @@ def propose(run, scenario: Scenario, release: str, num_tokens: int, uniform: boo
     (``33:…/target_dependent_ar/speculator.py:250-280``), then one one-token decode dispatch per
     further draft step, ``specialize_spec_tokens`` applied (``:334-347``)."""
     spec, q = scenario.speculator, scenario.uniform_decode_query_len
-    num_reqs = num_tokens // q if uniform else min(num_tokens, MAX_NUM_SEQS)
-    padded = run.target_num_tokens_after_padding(num_tokens, uniform)
+    num_reqs, utc, max_query_len = run.batch(num_tokens, uniform)
     if spec is Speculator.DFLASH:
+        # every request drafts with q query tokens (34:…/dflash/speculator.py:589-593)
         run.draft_forward("prefill", num_reqs, num_reqs * q, q, q, (None,))
         return
+    steps = (None,)
+    tokens = run.target_num_tokens_after_padding(num_tokens, uniform)
     if spec is Speculator.STANDALONE_AR and release == "0.34":
-        # the expanded prefill adds a correction token to each request
-        qp = q + 1
-        tokens = num_reqs * qp if uniform else padded + num_reqs
-        run.draft_forward("prefill", num_reqs, tokens, qp if uniform else None, qp if uniform else qp + 1, (None,))
+        # the expanded prefill adds a correction token to each request (34:…/standalone_ar/speculator.py:62-73)
+        tokens = num_reqs * (q + 1) if uniform else tokens + num_reqs
+        utc, max_query_len = (q + 1, q + 1) if uniform else (None, q + 2)
     elif spec is Speculator.MULTI_MODULE_MTP:
-        run.draft_forward("prefill", num_reqs, padded, q if uniform else None, q if uniform else q + 1,
-                          tuple(range(num_speculative_steps(scenario))))
+        steps = tuple(range(num_speculative_steps(scenario)))  # one module per step, one manager
+    run.draft_forward("prefill", num_reqs, tokens, utc, max_query_len, steps)
+    if spec is Speculator.MULTI_MODULE_MTP:
         return
-    else:
-        run.draft_forward("prefill", num_reqs, padded, q if uniform else None, q if uniform else q + 1, (None,))
     for _ in range(num_speculative_steps(scenario) - 1):
         run.draft_forward("decode", num_reqs, num_reqs, 1, 1, (None,), specialize=True)
-
-
