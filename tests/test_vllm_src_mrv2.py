@@ -3,8 +3,8 @@ recognised from ``CudaGraphManager.__init__`` and the tree's own ``use_breakable
 ``piecewise_capture_available`` expressions are what the model runs.
 
 The synthetic trees hold only those two statements, written here in vLLM's layout; the released
-0.34.0 tree is used when ``CONTRACT_VLLM_0_34_SRC`` names its ``vllm/`` (skipped otherwise, failed
-under ``CONTRACT_REQUIRE_VLLM=1``)."""
+0.34.0 tree is the installed ``.venv-vllm-0.34.0`` (skipped without it, failed under
+``CONTRACT_REQUIRE_VLLM=1``)."""
 
 import os
 import shutil
@@ -20,6 +20,7 @@ from contract.explore import explore
 from contract.mrv2 import branch as mrv2_branch
 from contract.properties import PROPERTIES
 
+ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 RELEASED_0_34 = mrv2_branch.RELEASED["0.34"]
 
@@ -77,12 +78,16 @@ def test_expression_reading_an_unmodelled_name_is_refused(tmp_path):
 
 
 def released_0_34() -> Path:
+    """The installed 0.34.0 package (``.venv-vllm-0.34.0``, made by ``make test``), or the ``vllm/``
+    of an unpacked wheel named by ``CONTRACT_VLLM_0_34_SRC``."""
     src = os.environ.get("CONTRACT_VLLM_0_34_SRC")
-    if src and (Path(src) / mrv2_branch.MANAGER_FILE).is_file():
-        return Path(src)
+    found = [Path(src)] if src else sorted((ROOT / ".venv-vllm-0.34.0" / "lib").glob("python3*/site-packages/vllm"))
+    if found and (found[0] / mrv2_branch.MANAGER_FILE).is_file():
+        return found[0]
+    message = ".venv-vllm-0.34.0 is missing (or set CONTRACT_VLLM_0_34_SRC to an unpacked 0.34.0 wheel's vllm/)"
     if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-        pytest.fail("set CONTRACT_VLLM_0_34_SRC to the vllm/ of the unpacked 0.34.0 wheel")
-    pytest.skip("CONTRACT_VLLM_0_34_SRC is not set")
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def test_released_0_34_tree_verifies(tmp_path):
