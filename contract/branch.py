@@ -28,7 +28,8 @@ from pathlib import Path
 from contract import stack
 from contract.conformance import wrapping
 from contract.modes import CUDAGraphMode
-from contract.policy import LoadContext, Policy, PolicyError, load_policy
+from contract.mrv2.branch import BranchError  # one error class for both runners
+from contract.policy import LoadContext, Policy, load_policy
 from contract.scenario import ConfigRevision
 
 RUNNER_FILE = "v1/worker/gpu_model_runner.py"
@@ -42,25 +43,23 @@ BOUND = {"CUDAGraphMode", "CUDAGraphWrapper", "BreakableCUDAGraphWrapper", "UBat
          "is_breakable_cudagraph_enabled", "get_offloader"}
 
 
-class BranchError(PolicyError):
-    """A ``--vllm-src`` tree that cannot be read as a policy; the message is one line."""
-
-
 @dataclass(frozen=True)
 class Branch:
     policy: Policy
     where: str  # the block's file:first-last
     release: str | None  # the known revision the block is, or None
+    what: str = "wrapping block"
 
     @property
     def recognised(self) -> str:
         if self.release is None:
             return f"{self.where}: unknown revision, run as a policy ({self.policy.name})"
-        return f"{self.where}: recognised as vLLM {self.release}'s wrapping block (policy {self.policy.name})"
+        return f"{self.where}: recognised as vLLM {self.release}'s {self.what} (policy {self.policy.name})"
 
 
 def package_dir(path: Path) -> Path:
-    """The ``vllm/`` package of a source tree, or ``path`` itself when it is that package."""
+    """The ``vllm/`` package of a source tree, or ``path`` itself when it is that package: the first
+    holding Model Runner V1, else the first holding Model Runner V2 only (0.34 and later)."""
     try:
         return _package_dir(path)
     except OSError as exc:  # a name too long, a loop of links
@@ -68,19 +67,22 @@ def package_dir(path: Path) -> Path:
 
 
 def _package_dir(path: Path) -> Path:
+    from contract.mrv2 import branch as mrv2_branch
+
     if not path.exists():
         raise BranchError(f"--vllm-src {path} does not exist; pass a vLLM source tree")
     if not path.is_dir():
         raise BranchError(f"--vllm-src {path} is a file; pass a vLLM source tree (the folder holding vllm/)")
-    for pkg in (path / "vllm", path):
-        if (pkg / RUNNER_FILE).is_file():
-            return pkg
-    # vllm/v1/ marks the V1 engine's package (every release since 0.8), with or without this runner.
+    for marker in (RUNNER_FILE, mrv2_branch.MANAGER_FILE):
+        for pkg in (path / "vllm", path):
+            if (pkg / marker).is_file():
+                return pkg
+    # vllm/v1/ marks the V1 engine's package (every release since 0.8), with or without a runner.
     if not any((pkg / "__init__.py").is_file() and (pkg / "v1").is_dir() for pkg in (path / "vllm", path)):
         raise BranchError(f"--vllm-src {path} is not a vLLM source tree: neither it nor {path / 'vllm'} is "
                           "vLLM's package (vllm/__init__.py and vllm/v1/); pass the folder of a vLLM checkout")
-    raise BranchError(f"no Model Runner V1 in this tree (vLLM 0.34+); {path} has no vllm/{RUNNER_FILE}, "
-                      "whose load_model --vllm-src reads")
+    raise BranchError(f"{path} is neither Model Runner V1 nor V2: no vllm/{RUNNER_FILE} and no "
+                      f"vllm/{mrv2_branch.MANAGER_FILE}; point --vllm-src at a vLLM source tree")
 
 
 def _parse(pkg: Path, rel: str) -> ast.Module:
@@ -208,6 +210,10 @@ def load(path: str | Path, *, as_policy: bool = False) -> Branch:
     """The tree's block as a policy; ``as_policy`` runs a known block too instead of mapping it."""
     given = Path(path)
     pkg = package_dir(given)
+    if not (pkg / RUNNER_FILE).is_file():
+        from contract.mrv2 import branch as mrv2_branch
+
+        return mrv2_branch.load(pkg, given, as_policy=as_policy)
     runner_path = str(pkg / RUNNER_FILE)
     source = (pkg / RUNNER_FILE).read_text(encoding="utf-8", errors="replace")
     try:

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, i
 from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.policy import Policy
 from contract.properties import Violation, check
-from contract.runner import Run
+from contract.engine import Run
 from contract.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Runner, Scenario, SplittingOps
 from contract.stream import pinned_stream, seed_for
@@ -33,7 +33,8 @@ def _weighted(*pairs):
 
 @st.composite
 def scenarios(draw, runner: Runner = Runner.MRV1) -> Scenario:
-    """Every modelled setting, field by field; only combinations vLLM can express.
+    """Every modelled MRV1 setting, field by field; only combinations vLLM can express (MRV2 draws
+    its own: ``contract.mrv2.model_runner.scenarios``).
 
     Rarely used settings (micro-batching, n-gram drafters, ``speculative_config.enforce_eager``)
     are drawn less often, so sampling spends its examples where deployments are; the explorer
@@ -44,14 +45,14 @@ def scenarios(draw, runner: Runner = Runner.MRV1) -> Scenario:
     return Scenario(
         runner=runner,
         breakable=draw(st.booleans()),
-        ubatching=runner is Runner.MRV1 and draw(_weighted((False, 3), (True, 1))),
+        ubatching=draw(_weighted((False, 3), (True, 1))),
         cudagraph_mode=draw(st.sampled_from(CUDAGraphMode)),
         compilation_mode=draw(st.sampled_from(CompilationMode)),
         splitting_ops=draw(_weighted((SplittingOps.DEFAULT, 2), (SplittingOps.ATTENTION, 1), (SplittingOps.EMPTY, 1))),
         drafter=drafter,
         attention_support=draw(st.sampled_from(AttentionCGSupport)),
         spec_enforce_eager=has_spec and draw(_weighted((False, 3), (True, 1))),
-        uniform_decode_query_len=(draw(st.sampled_from((2, 3) if runner is Runner.MRV1 else (2,))) if has_spec else 1),
+        uniform_decode_query_len=draw(st.sampled_from((2, 3))) if has_spec else 1,
     )
 
 
@@ -83,7 +84,7 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
     """
 
     class ContractMachine(RuleBasedStateMachine):
-        @initialize(fleet=st.lists(scenarios(policy.runner), min_size=FLEET[0], max_size=FLEET[1]))
+        @initialize(fleet=st.lists(policy.engine.scenarios(), min_size=FLEET[0], max_size=FLEET[1]))
         def setup(self, fleet: list[Scenario]) -> None:
             self.lanes = [_Lane(s, policy, base) for s in fleet]
             if on_example is not None:
@@ -146,6 +147,16 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
         @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN))
         def propose(self, num_tokens: int) -> None:
             self._apply(Propose(num_tokens))
+
+        if getattr(policy.engine, "UNIFORM_PROPOSE", False):
+            @precondition(lambda self: self._can(Propose(1)))
+            @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN))
+            def propose_uniform(self, num_tokens: int) -> None:
+                """A draft after a uniform decode batch, in each runner whose query length divides it."""
+                for lane in self.lanes:
+                    event = Propose(num_tokens, num_tokens % lane.scenario.uniform_decode_query_len == 0)
+                    if lane.run.can(event):
+                        self._step(lane, event)
 
         @precondition(lambda self: hasattr(self, "lanes") and all(lane.run.state.halted for lane in self.lanes))
         @rule()

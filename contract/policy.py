@@ -20,7 +20,9 @@ Writing your own policy (a branch under review) takes one function::
         return Stacks(model, drafter)
 
 and ``cudagraph-contract verify --policy my_branch.py``. Optional module attributes:
-``RUNNER`` (``Runner.MRV1``), ``CONFIG_REVISION`` (``ConfigRevision.V0_30``), ``DESCRIPTION``.
+``CONFIG_REVISION`` (``ConfigRevision.V0_30``), ``DESCRIPTION``. Model Runner V2 never wraps the
+model; its releases are ``contract.mrv2.policy.Mrv2Policy`` values, and an MRV2 branch is verified
+with ``--vllm-src``.
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ class Policy:
     compile_at_first_forward: bool = True  # spec §5.1: Dynamo compiles at the first forward
     capture_model_closes_window: bool = True  # set_cudagraph_capturing_enabled(False), :6916
 
+    @property
+    def engine(self):
+        from contract import runner
+
+        return runner
+
     def mutate(self, name: str, description: str, **changes) -> Policy:
         return dataclasses.replace(self, name=name, description=description, **changes)
 
@@ -104,10 +112,13 @@ class PolicyError(Exception):
         super().__init__(one_line(message))
 
 
-BUILT_IN = ("vllm_0_29", "pr56312_draft", "vllm_0_30", "mrv2")
+BUILT_IN = ("vllm_0_29", "pr56312_draft", "vllm_0_30", "mrv2_0_33", "mrv2_0_34")
 
 
 def from_module(module, name: str, source: str) -> Policy:
+    built = getattr(module, "POLICY", None)
+    if built is not None and source == "built-in":
+        return built  # an MRV2 release: contract.mrv2.policy.Mrv2Policy
     load_model = getattr(module, "load_model", None)
     if not callable(load_model):
         raise PolicyError(f"policy {source} defines no load_model(ctx) function; see the README's policy interface")
@@ -115,6 +126,10 @@ def from_module(module, name: str, source: str) -> Policy:
     revision = getattr(module, "CONFIG_REVISION", ConfigRevision.V0_30)
     if not isinstance(runner, Runner) or not isinstance(revision, ConfigRevision):
         raise PolicyError(f"policy {source}: RUNNER must be a Runner and CONFIG_REVISION a ConfigRevision")
+    if runner is not Runner.MRV1:
+        # MRV2 never wraps the model (v1/worker/gpu/model_runner.py:403,408 in 0.33.0).
+        raise PolicyError(f"policy {source}: a load_model policy is Model Runner V1; Model Runner V2 never wraps "
+                          "the model: verify an MRV2 branch with --vllm-src PATH")
     doc = (getattr(module, "DESCRIPTION", None) or module.__doc__ or "").strip().splitlines()
     return Policy(
         name=name,

@@ -5,13 +5,16 @@ Schema ``cudagraph-contract.trace`` version 1::
 
     {"schema": "cudagraph-contract.trace", "version": 1,
      "name": str, "policy": str (built-in name or .py path), "property": "P1".."P6" | null,
-     "scenario": {Scenario fields by vLLM name},
+     "scenario": {Scenario fields by vLLM name; the MRV2-only speculator, model_compiled,
+                  draft_compiled and adaptive_verification appear only when not their default},
      "events": [{"event": "load_model"}, {"event": "execute_model", "num_tokens": 3, ...}, ...],
      "expected": {"violations": [{"property", "step", "message", "dispatch"?}],
                   "steps": [StepRecord.to_json(), ...]},
      "origin": {"engine": "hypothesis" | "explorer" | "regression", ...}}
 
-Later versions add fields; readers reject versions they do not know instead of guessing.
+Events may carry optional fields (``propose``'s ``uniform_decode``) written only when set, so
+traces written before them read unchanged. Later versions add fields; readers reject versions they
+do not know instead of guessing.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from contract.output import one_line
 from contract.output import write_atomic  # noqa: F401 - where the callers of trace.write_atomic find it
 from contract.policy import Policy, for_trace
 from contract.properties import PROPERTIES, Violation, check
-from contract.runner import Run
+from contract.engine import Run
 from contract.scenario import Scenario
 
 SCHEMA = "cudagraph-contract.trace"
