@@ -2,7 +2,7 @@
 # `make test` (the test suite, real-vLLM conformance included). Both start from nothing.
 PYTHON ?= python3
 VENV := .venv
-VLLM_VERSIONS := 0.29.0 0.30.0
+VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
 .PHONY: verify test vllm-envs gpu-conformance clean
@@ -16,7 +16,12 @@ $(VENV)/.installed: pyproject.toml
 verify: $(VENV)/.installed
 	$(VENV)/bin/cudagraph-contract report --profile ci --out reports
 
-.venv-vllm-%/.complete: conformance-env/make-env.sh conformance-env/constraints.txt
+.venv-vllm/.complete: conformance-env/make-env.sh conformance-env/constraints.txt
+	bash conformance-env/make-env.sh base .venv-vllm
+	touch $@
+
+# One venv per release holding only its vLLM package, over .venv-vllm's torch and closure.
+.venv-vllm-%/.complete: .venv-vllm/.complete
 	bash conformance-env/make-env.sh $* .venv-vllm-$*
 	touch $@
 
@@ -29,4 +34,4 @@ gpu-conformance: $(VENV)/.installed
 	bash scripts/gpu-conformance.sh
 
 clean:
-	rm -rf $(VENV) .venv-vllm-* .hypothesis .pytest_cache
+	rm -rf $(VENV) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache
