@@ -261,8 +261,12 @@ def test_missing_vllm():
 
 
 def test_a_vllm_without_model_runner_v1(tmp_path):
-    line = one_error_line(conform_here(site=fake_vllm(tmp_path, "0.34.0")))
-    assert "0.34.0" in line and "Model Runner V1" in line
+    line = one_error_line(conform_here("--runner", "mrv1", site=fake_vllm(tmp_path, "0.34.0")))
+    assert "0.34.0" in line and "Model Runner V1" in line and "--runner mrv2" in line
+
+
+def test_an_unknown_runner():
+    assert "--runner must be one of auto, mrv1, mrv2" in one_error_line(conform_here("--runner", "v3"))
 
 
 def test_a_version_without_venv():

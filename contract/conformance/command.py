@@ -17,6 +17,7 @@ import typer
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPORA = ("full", "covering", "none")
+RUNNERS = ("auto", "mrv1", "mrv2")
 
 
 def _fail(message: str) -> None:
@@ -26,25 +27,56 @@ def _fail(message: str) -> None:
 
 def _delegate(vllm: str, argv: list[str]) -> None:
     """Re-run this command under another interpreter: ``.venv-vllm-VERSION`` or a venv/python path."""
+    from contract.conformance.installed import environment
+
     target = Path(vllm)
     if target.is_dir():
         python = target / "bin" / "python"
     elif target.is_file():
         python = target
     else:
-        python = ROOT / f".venv-vllm-{vllm}" / "bin" / "python"
+        python = environment(ROOT, vllm)
         if not python.exists():
             _fail(f"no environment for vLLM {vllm}: {python.parent.parent} does not exist "
                   f"(make it with conformance-env/make-env.sh {vllm} {python.parent.parent})")
     if not python.exists():
         _fail(f"--vllm {vllm}: no Python interpreter at {python}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    _run_under(python, [str(ROOT)], argv)
+
+
+def _run_under(python: Path, path: list[str], argv: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
     args = [str(python), "-m", "contract.cli", "conform", "--vllm", "auto", *argv]
     raise typer.Exit(subprocess.run(args, env=env).returncode)
 
 
-def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim") -> list[str]:
-    argv = ["--device", device]
+def _delegate_source(vllm_src: Path, argv: list[str]) -> None:
+    """Re-run under ``.venv-vllm`` (torch and the closure, no vLLM) with the tree first on ``sys.path``,
+    so every replayed line is the tree's own; refuse, in one line, a tree that is no vLLM or does
+    not import with the pinned closure."""
+    from contract.conformance.installed import shared_environment
+
+    package = vllm_src / "vllm" if (vllm_src / "vllm" / "__init__.py").is_file() else vllm_src
+    if not (package / "__init__.py").is_file() or package.name != "vllm":
+        _fail(f"--vllm-src {vllm_src}: no vllm/ package there; pass a vLLM checkout or its vllm/ folder")
+    if not any((package / "v1" / "worker" / rel).is_file() for rel in ("gpu_model_runner.py", "gpu/model_runner.py")):
+        _fail(f"--vllm-src {vllm_src}: neither Model Runner V1 (vllm/v1/worker/gpu_model_runner.py) nor V2 "
+              "(vllm/v1/worker/gpu/model_runner.py) is in this tree")
+    python = shared_environment(ROOT)
+    if not python.exists():
+        _fail(f"--vllm-src needs the shared environment {python.parent.parent} (make it with "
+              f"conformance-env/make-env.sh base {python.parent.parent})")
+    tree = str(package.resolve().parent)
+    probe = subprocess.run([str(python), "-c", "import vllm.config, vllm.forward_context"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=tree, VLLM_LOGGING_LEVEL="ERROR"))
+    if probe.returncode != 0:
+        lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
+        _fail(f"--vllm-src {vllm_src} does not import with the pinned closure: {lines[-1] if lines else 'exit status ' + str(probe.returncode)}")
+    _run_under(python, [tree, str(ROOT)], argv)
+
+
+def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim", runner="auto", policy=None) -> list[str]:
+    argv = ["--device", device, "--runner", runner] + (["--policy", policy] if policy else [])
     for t in traces or []:
         argv += ["--traces", str(Path(t).resolve())]
     argv += ["--corpus", corpus, "--reports", str(Path(reports).resolve())]
@@ -81,6 +113,12 @@ def conform(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     device: str = typer.Option("cpu-sim", "--device", help="cpu-sim: simulated CUDA graphs on CPU. cuda: real "
                                "CUDA graphs, each replay's output checked against eager (contract/conformance/device.py)."),
+    runner: str = typer.Option("auto", "--runner", help="mrv1 or mrv2: which model runner to replay. auto: "
+                               "Model Runner V1 where the release has one (to 0.33), else V2."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM checkout (or its vllm/ folder): "
+                                            "replay on the tree's own code over the shared closure (.venv-vllm)."),
+    policy_name: Optional[str] = typer.Option(None, "--policy", help="Compare with this built-in policy instead "
+                                              "of the one modelling the release (a negative control)."),
 ) -> None:
     """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
 
@@ -92,8 +130,12 @@ def conform(
 
     if device not in device_mod.DEVICES:
         _fail(f"--device must be one of {', '.join(device_mod.DEVICES)}, got {device!r}")
+    if runner not in RUNNERS:
+        _fail(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    if vllm_src is not None:
+        _delegate_source(vllm_src, _forwarded_args(traces, corpus, reports, as_json, device, runner, policy_name))
     if vllm != "auto":
-        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json, device))
+        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json, device, runner, policy_name))
     if device == "cuda":
         try:
             device_mod.require_cuda()
@@ -102,22 +144,28 @@ def conform(
         from contract.conformance import simcuda
 
         simcuda.DEVICE = "cuda"
-    from contract.conformance.installed import EnvironmentProblem, installed_version, policy_for
-    from contract.policy import load_policy
+    from contract.conformance.installed import MRV2, EnvironmentProblem, installed_version, policy_for, runner_for
+    from contract.policy import PolicyError, load_policy
     from contract.trace import TraceError, load
 
     try:
         version = installed_version()
-        policy = load_policy(policy_for(version))
-    except EnvironmentProblem as exc:
+        runner = runner_for(version, runner)
+        policy = load_policy(policy_name or policy_for(version, runner))
+    except (EnvironmentProblem, PolicyError) as exc:
         _fail(str(exc))
+    if (policy.runner.value.lower() != runner):
+        _fail(f"--policy {policy.name} models {policy.runner.value}, not the {runner.upper()} replay")
     files = []
     for path in _trace_paths(traces):
         try:
             files.append((load(path), str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)))
         except TraceError as exc:
             _fail(str(exc))
-    from contract.conformance import conform as conformance
+    if runner == MRV2:
+        from contract.conformance.mrv2 import conform as conformance
+    else:
+        from contract.conformance import conform as conformance
 
     try:
         run = conformance.run(version, policy, files, corpus if not traces else "none")
@@ -138,9 +186,12 @@ def conform(
                                      "disagreements": [r.to_json() for r in run.disagreeing]}, indent=1) + "\n")
     else:
         block = run.block
-        typer.echo(f"vLLM {version}: compared with policy {policy.name}; load_model block {block['where']}: "
-                   + (f"known revision {block['revision']}" if block["revision"]
-                      else f"UNKNOWN revision (sha256 {block['digest'][:16]}), compared by version only"))
+        if runner == MRV2:
+            typer.echo(f"vLLM {version} (Model Runner V2): compared with policy {policy.name}; blocks run from {block['where']}")
+        else:
+            typer.echo(f"vLLM {version}: compared with policy {policy.name}; load_model block {block['where']}: "
+                       + (f"known revision {block['revision']}" if block["revision"]
+                          else f"UNKNOWN revision (sha256 {block['digest'][:16]}), compared by version only"))
         typer.echo(f"traces: {summary['trace_files']} files ({summary['not_replayed_mrv2']} MRV2 and "
                    f"{summary['not_replayed_other']} others not replayed), {summary['generated_traces']} generated")
         pct = f" ({100 * summary['agreement']:.2f}%)" if summary["steps"] else ""
