@@ -28,6 +28,7 @@ from pathlib import Path
 from contract import stack
 from contract.conformance import wrapping
 from contract.modes import CUDAGraphMode
+from contract.mrv2.branch import BranchError  # one error class for both runners
 from contract.policy import LoadContext, Policy, PolicyError, load_policy
 from contract.scenario import ConfigRevision
 
@@ -42,32 +43,33 @@ BOUND = {"CUDAGraphMode", "CUDAGraphWrapper", "BreakableCUDAGraphWrapper", "UBat
          "is_breakable_cudagraph_enabled", "get_offloader"}
 
 
-class BranchError(PolicyError):
-    """A ``--vllm-src`` tree that cannot be read as a policy; the message is one line."""
-
-
 @dataclass(frozen=True)
 class Branch:
     policy: Policy
     where: str  # the block's file:first-last
     release: str | None  # the known revision the block is, or None
+    what: str = "wrapping block"
 
     @property
     def recognised(self) -> str:
         if self.release is None:
             return f"{self.where}: unknown revision, run as a policy ({self.policy.name})"
-        return f"{self.where}: recognised as vLLM {self.release}'s wrapping block (policy {self.policy.name})"
+        return f"{self.where}: recognised as vLLM {self.release}'s {self.what} (policy {self.policy.name})"
 
 
 def package_dir(path: Path) -> Path:
-    """The ``vllm/`` package of a source tree, or ``path`` itself when it is that package."""
+    """The ``vllm/`` package of a source tree, or ``path`` itself when it is that package: the first
+    holding Model Runner V1, else the first holding Model Runner V2 only (0.34 and later)."""
+    from contract.mrv2 import branch as mrv2_branch
+
     if not path.is_dir():
         raise BranchError(f"--vllm-src {path} is not a directory")
-    for pkg in (path / "vllm", path):
-        if (pkg / RUNNER_FILE).is_file():
-            return pkg
-    raise BranchError(f"no Model Runner V1 in this tree (vLLM 0.34+); {path} has no vllm/{RUNNER_FILE}, "
-                      "whose load_model --vllm-src reads")
+    for marker in (RUNNER_FILE, mrv2_branch.MANAGER_FILE):
+        for pkg in (path / "vllm", path):
+            if (pkg / marker).is_file():
+                return pkg
+    raise BranchError(f"{path} is neither Model Runner V1 nor V2: no vllm/{RUNNER_FILE} and no "
+                      f"vllm/{mrv2_branch.MANAGER_FILE}; point --vllm-src at a vLLM source tree")
 
 
 def _parse(pkg: Path, rel: str) -> ast.Module:
@@ -195,6 +197,10 @@ def load(path: str | Path, *, as_policy: bool = False) -> Branch:
     """The tree's block as a policy; ``as_policy`` runs a known block too instead of mapping it."""
     given = Path(path)
     pkg = package_dir(given)
+    if not (pkg / RUNNER_FILE).is_file():
+        from contract.mrv2 import branch as mrv2_branch
+
+        return mrv2_branch.load(pkg, given, as_policy=as_policy)
     runner_path = str(pkg / RUNNER_FILE)
     source = (pkg / RUNNER_FILE).read_text(encoding="utf-8", errors="replace")
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from contract.observation import StepRecord
-from contract.scenario import Scenario
+from contract.scenario import Scenario, Speculator
 
 
 class Cell(NamedTuple):
@@ -22,8 +22,9 @@ class Cell(NamedTuple):
 
 
 def scenario_class(scenario: Scenario, compiled: bool | None) -> str:
+    speculator = "" if scenario.speculator is Speculator.EAGLE else f"/{scenario.speculator.value}"
     return (f"B={int(scenario.breakable)} U={int(scenario.ubatching)} "
-            f"compiled={int(bool(compiled))} drafter={scenario.drafter.value}")
+            f"compiled={int(bool(compiled))} drafter={scenario.drafter.value}{speculator}")
 
 
 def cells_of(scenario: Scenario, state, record: StepRecord) -> set[Cell]:

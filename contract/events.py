@@ -66,9 +66,13 @@ class ExecuteModel:
 
 @dataclass(frozen=True)
 class Propose:
-    """A drafter batch: ``SpecDecodeBaseProposer`` dispatch (``llm_base_proposer.py:1797-1805``)."""
+    """A drafter batch: ``SpecDecodeBaseProposer`` dispatch (``llm_base_proposer.py:1797-1805``).
+    MRV2 drafts after a target batch of ``num_tokens``; ``uniform_decode``: every request of it has
+    ``uniform_decode_query_len`` tokens, so the draft prefill can take a FULL decode graph
+    (``33:v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py:250-267``). MRV1 ignores it."""
 
     num_tokens: int
+    uniform_decode: bool = False
     kind: ClassVar[str] = "propose"
 
 
@@ -85,6 +89,8 @@ def event_to_json(event: Event) -> dict:
         out.update(num_tokens=event.num_tokens, uniform_decode=event.uniform_decode, force_eager=event.force_eager)
     elif isinstance(event, Propose):
         out.update(num_tokens=event.num_tokens)
+        if event.uniform_decode:
+            out.update(uniform_decode=True)
     return out
 
 
@@ -103,7 +109,7 @@ def event_from_json(data: dict) -> Event:
         for flag in ("uniform_decode", "force_eager"):
             if flag in args and not isinstance(args[flag], bool):
                 raise ValueError(f"event {name}: {flag} must be true or false")
-        allowed = {"num_tokens", "uniform_decode", "force_eager"} if cls is ExecuteModel else {"num_tokens"}
+        allowed = {"num_tokens", "uniform_decode", "force_eager"} if cls is ExecuteModel else {"num_tokens", "uniform_decode"}
     else:
         allowed = set()
     extra = set(args) - allowed
@@ -121,7 +127,7 @@ def describe_event(event: Event) -> str:
             flags.append("force_eager")
         return f"execute_model({', '.join(flags)})"
     if isinstance(event, Propose):
-        return f"propose(num_tokens={event.num_tokens})"
+        return f"propose(num_tokens={event.num_tokens}{', uniform_decode' if event.uniform_decode else ''})"
     return event.kind
 
 

@@ -17,15 +17,19 @@ FAILS: dict[str, frozenset[str]] = {
     # spec §12.1's three leads: breakable + micro-batching and compiled-under-FULL-then-upgraded give
     # PIECEWISE no capturer (P1); breakable + FULL target + drafter captures outside the window (P4).
     "vllm_0_30": frozenset({"P1", "P4"}),
-    # compiled under FULL, resolved to FULL_AND_PIECEWISE: PIECEWISE has no capturer (P1).
-    "mrv2": frozenset({"P1"}),
+    # MRV2, both releases: compiled under FULL, resolved (or rewritten by adaptive verification) to
+    # FULL_AND_PIECEWISE: target PIECEWISE has no capturer (lead L1); a draft model without an active
+    # @support_torch_compile submodule under a compiled target: draft PIECEWISE has no capturer (L2).
+    "mrv2_0_33": frozenset({"P1"}),
+    "mrv2_0_34": frozenset({"P1"}),
 }
 
 # Why a counterexample cannot be confirmed on real code. Counterexamples against released vLLM
 # are confirmed by `cudagraph-contract conform`, whose reports/conformance/*.json the reports read.
 STATUS: dict[tuple[str, str], str] = {
     ("pr56312_draft", "P1"): "reading: the draft revision was never released, there is no real code to replay",
-    ("mrv2", "P1"): "reading: the conformance replay covers MRV1 only",
+    ("mrv2_0_33", "P1"): "reading: the MRV2 real-code replay is not part of this build yet",
+    ("mrv2_0_34", "P1"): "reading: the MRV2 real-code replay is not part of this build yet",
 }
 
 

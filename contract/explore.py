@@ -2,7 +2,7 @@
 with events as edges, recorded in a networkx ``DiGraph``.
 
 The bound is explicit: every canonical scenario of the policy's runner (one per behaviour class,
-``scenario.canonical_scenarios``), batch sizes abstracted to the classes the dispatcher
+``canonical_scenarios`` of the policy's runner), batch sizes abstracted to the classes the dispatcher
 distinguishes (``scenario.NUM_TOKENS_DOMAIN`` against capture sizes (2, 4)), and at most ``depth``
 events. Serving events that replay change no state, so the search usually reaches a fixpoint
 before the bound; the result says which.
@@ -20,8 +20,8 @@ from contract.coverage import Cell, cells_of
 from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.policy import Policy
 from contract.properties import PROPERTIES, Violation, check
-from contract.runner import enabled, initial_state, step
-from contract.scenario import NUM_TOKENS_DOMAIN, Scenario, canonical_scenarios
+from contract.engine import enabled, initial_state, step
+from contract.scenario import NUM_TOKENS_DOMAIN, Scenario
 from contract.trace import Trace, record
 
 START_UP = (LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel())
@@ -70,13 +70,13 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
     verdicts differ, as in the Hypothesis machine's lockstep mode.
     """
     started = time.perf_counter()
-    scenarios = scenarios if scenarios is not None else canonical_scenarios(policy.runner, policy.config_revision)
+    scenarios = scenarios if scenarios is not None else policy.engine.canonical_scenarios(policy)
     result = Exploration(policy.name, depth, len(scenarios))
     wanted = set(only or PROPERTIES) | ({"halt"} if base is not None else set())
     found: dict[str, tuple[int, object, object, Violation]] = {}
     for index, scenario in enumerate(scenarios):
         graph = nx.DiGraph()
-        events = alphabet(scenario)
+        events = policy.engine.alphabet(scenario)
         root = ("root",)
         state = initial_state(scenario, policy)
         base_state = initial_state(scenario, base) if base is not None else None

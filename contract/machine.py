@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, i
 from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.policy import Policy
 from contract.properties import Violation, check
-from contract.runner import Run
+from contract.engine import Run
 from contract.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Runner, Scenario, SplittingOps
 
@@ -82,7 +82,7 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
     """
 
     class ContractMachine(RuleBasedStateMachine):
-        @initialize(fleet=st.lists(scenarios(policy.runner), min_size=FLEET[0], max_size=FLEET[1]))
+        @initialize(fleet=st.lists(policy.engine.scenarios(), min_size=FLEET[0], max_size=FLEET[1]))
         def setup(self, fleet: list[Scenario]) -> None:
             self.lanes = [_Lane(s, policy, base) for s in fleet]
             if on_example is not None:
@@ -145,6 +145,16 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
         @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN))
         def propose(self, num_tokens: int) -> None:
             self._apply(Propose(num_tokens))
+
+        if getattr(policy.engine, "UNIFORM_PROPOSE", False):
+            @precondition(lambda self: self._can(Propose(1)))
+            @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN))
+            def propose_uniform(self, num_tokens: int) -> None:
+                """A draft after a uniform decode batch, in each runner whose query length divides it."""
+                for lane in self.lanes:
+                    event = Propose(num_tokens, num_tokens % lane.scenario.uniform_decode_query_len == 0)
+                    if lane.run.can(event):
+                        self._step(lane, event)
 
         @precondition(lambda self: hasattr(self, "lanes") and all(lane.run.state.halted for lane in self.lanes))
         @rule()

@@ -121,6 +121,22 @@ def _spec_decode_check_skipped(mode, config, support, q, v2, sizes, available=Tr
     return replace(resolved, cudagraph_capture_sizes=sizes)
 
 
+def _available_regardless(breakable, has_compiled_submodule):
+    return True
+
+
+def _breakable_regardless_of_piecewise(breakable, mode):
+    return breakable
+
+
+def _breakable_regardless_of_switch(breakable, mode):
+    return mode.has_piecewise_cudagraphs()
+
+
+def _draft_decode_target_mode(target_mode):
+    return target_mode
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("breakable_match_any_nested", "vllm_0_30", "policy",
            "BreakableCUDAGraphWrapper installed with runtime_mode=None inside CUDAGraphWrapper(FULL): a FULL "
@@ -190,6 +206,53 @@ MUTANTS: tuple[Mutant, ...] = (
            "capture_model leaves set_cudagraph_capturing_enabled(True): a runtime capture succeeds silently "
            "instead of raising",
            kills=frozenset(['P4', 'halt'])),
+    # Model Runner V2
+    Mutant("mrv2_breakable_runner_full", "mrv2_0_34", "manager",
+           "init_breakable_cg_runner builds the runner with runtime_mode=FULL: PIECEWISE dispatches pass it and "
+           "run the uncompiled (breakable) model eagerly",
+           kills=frozenset(['P1'])),
+    Mutant("mrv2_run_fullgraph_captures", "mrv2_0_33", "manager",
+           "run_fullgraph captures a missing FULL graph lazily instead of asserting",
+           equivalent="every descriptor dispatch can return is captured before _graphs_captured is set, and "
+                      "specialize_spec_tokens maps an uncaptured draft decode descriptor to NONE, so run_fullgraph "
+                      "never misses in the modelled space"),
+    Mutant("mrv2_pw_available_ignores_compiled", "mrv2_0_33", "resolve",
+           "piecewise_capture_available ignores has_compiled_submodule: an undecorated model keeps PIECEWISE "
+           "through resolve and ModelCudaGraphManager.capture's backstop stops the engine",
+           kills=frozenset(['P1', 'halt'])),
+    Mutant("mrv2_use_breakable_cg_ignores_has_piecewise", "mrv2_0_34", "manager",
+           "use_breakable_cg = is_breakable_cudagraph_enabled(cc), without has_piecewise_cudagraphs()",
+           equivalent="a manager whose mode has no piecewise graphs has no PIECEWISE descriptor, so run_pw_graph is "
+                      "never reached; the extra breakable runner is built and never called"),
+    Mutant("mrv2_use_breakable_cg_ignores_switch", "mrv2_0_34", "manager",
+           "use_breakable_cg = has_piecewise_cudagraphs() alone: with breakable off the match-any runner wraps the "
+           "compiled model, so a PIECEWISE capture nests the compiled pieces' capture inside the runner's",
+           kills=frozenset(['P1', 'P3'])),
+    Mutant("mrv2_draft_decode_takes_target_mode", "mrv2_0_34", "speculator",
+           "the draft decode manager takes the target's mode instead of FULL_DECODE_ONLY/NONE: draft decodes "
+           "dispatch PIECEWISE, which the decode manager has no breakable runner for",
+           kills=frozenset(['P1', 'halt'])),
+    Mutant("mrv2_multi_module_key_fn_dropped", "mrv2_0_33", "speculator",
+           "multi-module MTP's breakable runner built without key_fn: module step 1 replays the graph captured "
+           "for step 0",
+           kills=frozenset(['P5'])),
+    Mutant("mrv2_multi_module_remap_skipped", "mrv2_0_34", "speculator",
+           "multi-module MTP keeps compiled PIECEWISE: the compiled pieces do not specialise the module index, "
+           "so step 1 replays step 0's graph",
+           kills=frozenset(['P1', 'P5'])),
+    Mutant("mrv2_profiling_graphs_not_cleared", "mrv2_0_34", "profiling",
+           "profile_cudagraph_memory skips clear_all_graphs(): capture_model replays the compiled pieces' "
+           "graphs captured into the discarded profiling pool",
+           kills=frozenset(['P5'])),
+    Mutant("mrv2_adaptive_verification_skipped", "mrv2_0_34", "resolve",
+           "resolve_adaptive_cudagraph_mode not applied: FULL is not rewritten to FULL_AND_PIECEWISE, which hides "
+           "lead L1 under adaptive verification, and a mode resolve lowered to PIECEWISE no longer trips its "
+           "full-graphs assertion at the second initialize_kv_cache",
+           kills=frozenset(['P1', 'halt'])),
+    Mutant("mrv2_compile_at_resolve", "mrv2_0_33", "compile",
+           "inner PIECEWISE wrappers decided from the resolved mode instead of the load-time mode at the first "
+           "forward: hides lead L1",
+           kills=frozenset(['P1'])),
 )
 
 _BUILDERS = {
@@ -212,6 +275,17 @@ _BUILDERS = {
     "resolve_ignores_spec_decode": _replace(resolve=_spec_decode_check_skipped),
     "compile_at_resolve": _replace(compile_at_first_forward=False),
     "capture_window_never_closed": _replace(capture_model_closes_window=False),
+    "mrv2_breakable_runner_full": _replace(breakable_runner_mode=FULL),
+    "mrv2_run_fullgraph_captures": _replace(run_fullgraph_captures=True),
+    "mrv2_pw_available_ignores_compiled": _replace(piecewise_capture_available=_available_regardless),
+    "mrv2_use_breakable_cg_ignores_has_piecewise": _replace(use_breakable_cg=_breakable_regardless_of_piecewise),
+    "mrv2_use_breakable_cg_ignores_switch": _replace(use_breakable_cg=_breakable_regardless_of_switch),
+    "mrv2_draft_decode_takes_target_mode": _replace(draft_decode_mode=_draft_decode_target_mode),
+    "mrv2_multi_module_key_fn_dropped": _replace(multi_module_key_fn=False),
+    "mrv2_multi_module_remap_skipped": _replace(multi_module_remap=False),
+    "mrv2_profiling_graphs_not_cleared": _replace(profiling_clears_graphs=False),
+    "mrv2_adaptive_verification_skipped": _replace(resolve_adaptive_cudagraph_mode=None),
+    "mrv2_compile_at_resolve": _replace(compile_at_first_forward=False),
 }
 
 BY_NAME = {m.name: m for m in MUTANTS}

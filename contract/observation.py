@@ -36,8 +36,9 @@ class LayerAction:
     action: Action
     depth: int = 0  # capture nesting depth when a capture began (0: outermost)
     entry_mode: CUDAGraphMode | None = None  # replay: the mode the replayed entry was captured under
-    entry_key: BatchDescriptor | None = None  # replay: the descriptor it was captured for
+    entry_key: BatchDescriptor | None = None  # replay: the descriptor it was captured for (``Dispatch.key``)
     error: str | None = None
+    entry_context: str | None = None  # replay: the dispatch context the entry was captured in
 
     def to_json(self) -> dict:
         out = {"layer": self.layer, "action": self.action.value}
@@ -58,14 +59,21 @@ class Dispatch:
     batch_descriptor: BatchDescriptor
     layers: tuple[LayerAction, ...]
     capture_phase: bool  # inside profile_cudagraph_memory or capture_model
-    capturing_enabled: bool  # vLLM's process-global capture flag at dispatch time
+    capturing_enabled: bool | None  # vLLM's process-global capture flag at dispatch time; None: no guard (MRV2)
     ran_eager: bool  # the raw model ran outside any capture
     error: str | None = None
     previously_captured: bool = False  # this (role, mode, descriptor) completed a capture before
+    spec_step_idx: int | None = None  # MRV2 multi-module MTP: the module step this forward ran
 
     @property
     def acting(self) -> tuple[LayerAction, ...]:
         return tuple(a for a in self.layers if a.action in ACTING)
+
+    @property
+    def key(self) -> object:
+        """What a replayed entry must have been captured for: the descriptor, and the module step
+        where one exists."""
+        return self.batch_descriptor if self.spec_step_idx is None else (self.batch_descriptor, self.spec_step_idx)
 
     def to_json(self) -> dict:
         out = {
@@ -77,6 +85,8 @@ class Dispatch:
             "capture_phase": self.capture_phase,
             "ran_eager": self.ran_eager,
         }
+        if self.spec_step_idx is not None:
+            out["spec_step_idx"] = self.spec_step_idx
         if self.error:
             out["error"] = self.error
         return out

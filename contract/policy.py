@@ -92,6 +92,12 @@ class Policy:
     compile_at_first_forward: bool = True  # spec §5.1: Dynamo compiles at the first forward
     capture_model_closes_window: bool = True  # set_cudagraph_capturing_enabled(False), :6916
 
+    @property
+    def engine(self):
+        from contract import runner
+
+        return runner
+
     def mutate(self, name: str, description: str, **changes) -> Policy:
         return dataclasses.replace(self, name=name, description=description, **changes)
 
@@ -100,10 +106,13 @@ class PolicyError(Exception):
     """A policy name or file that cannot be used; the message says what to do."""
 
 
-BUILT_IN = ("vllm_0_29", "pr56312_draft", "vllm_0_30", "mrv2")
+BUILT_IN = ("vllm_0_29", "pr56312_draft", "vllm_0_30", "mrv2_0_33", "mrv2_0_34")
 
 
 def from_module(module, name: str, source: str) -> Policy:
+    built = getattr(module, "POLICY", None)
+    if built is not None and source == "built-in":
+        return built  # an MRV2 release: contract.mrv2.policy.Mrv2Policy
     load_model = getattr(module, "load_model", None)
     if not callable(load_model):
         raise PolicyError(f"policy {source} defines no load_model(ctx) function; see the README's policy interface")

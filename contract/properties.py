@@ -72,8 +72,9 @@ def none_is_eager(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None
 
 def _intended(scenario: Scenario, runner: Runner, d: Dispatch) -> tuple[str, Callable]:
     if d.runtime_mode == FULL:
-        if runner is Runner.MRV2:
-            return "CudaGraphManager", lambda a: a.kind is LayerKind.CudaGraphManager
+        # MRV1 installs CUDAGraphWrapper(FULL); MRV2 has no such wrapper and its manager owns FULL graphs.
+        if any(a.kind is LayerKind.CudaGraphManager for a in d.layers):
+            return "the CudaGraphManager", lambda a: a.kind is LayerKind.CudaGraphManager
         return "CUDAGraphWrapper(FULL)", lambda a: a.kind is LayerKind.CUDAGraphWrapper and a.runtime_mode == FULL
     if scenario.breakable:
         return "a BreakableCUDAGraphWrapper", lambda a: a.kind is LayerKind.BreakableCUDAGraphWrapper
@@ -96,6 +97,9 @@ def capture_legality(scenario: Scenario, runner: Runner, d: Dispatch) -> str | N
     for a in d.acting:
         if a.action is Action.RAISED and a.error and "inappropriate time" in a.error:
             return f"{_where(d)}: {a.layer} tried to capture outside capture_model: {a.error}"
+        if a.action is Action.CAPTURED and d.capturing_enabled is None:
+            return (f"{_where(d)}: {a.layer} captured at runtime, outside capture_model and memory profiling: "
+                    "a silent runtime capture (this runner has no capture guard)")
         if a.action is Action.CAPTURED:
             return f"{_where(d)}: {a.layer} captured outside capture_model (capture flag still on)"
     return None
@@ -103,7 +107,11 @@ def capture_legality(scenario: Scenario, runner: Runner, d: Dispatch) -> str | N
 
 def replay_stability(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
     for a in d.acting:
-        if a.action is Action.REPLAYED and (a.entry_mode != d.runtime_mode or a.entry_key != d.batch_descriptor):
+        if (a.action is Action.REPLAYED and a.entry_context == "profile_cudagraph_memory"
+                and d.context != "profile_cudagraph_memory"):
+            return (f"{_where(d)}: {a.layer} replayed a graph captured during memory profiling, whose pool "
+                    "profile_cudagraph_memory discards")
+        if a.action is Action.REPLAYED and (a.entry_mode != d.runtime_mode or a.entry_key != d.key):
             return (
                 f"{_where(d)}: {a.layer} replayed an entry captured for "
                 f"{a.entry_mode.name} {a.entry_key}"
@@ -138,12 +146,14 @@ PROPERTIES: dict[str, Property] = {
                  "breakable wrapper when VLLM_USE_BREAKABLE_CUDAGRAPH=1, else by the compiled piecewise wrappers",
                  _per_dispatch(capturer_identity, "P3")),
         Property("P4", "capture-legality",
-                 "no capture outside profile_cudagraph_memory/capture_model; vLLM raises 'CUDA graph capturing "
-                 "detected at an inappropriate time' once the window is closed",
+                 "no capture outside profile_cudagraph_memory/capture_model; MRV1 raises 'CUDA graph capturing "
+                 "detected at an inappropriate time' once the window is closed, MRV2 has no guard and "
+                 "captures silently",
                  _per_dispatch(capture_legality, "P4")),
         Property("P5", "replay-stability",
                  "a repeated (mode, descriptor) replays the graph captured for it: no re-capture, no replay of "
-                 "an entry captured under another mode or descriptor",
+                 "an entry captured under another mode, descriptor or module step, or into memory "
+                 "profiling's discarded pool",
                  _per_dispatch(replay_stability, "P5")),
         Property("P6", "unwrap", "get_model()/unwrap() of the target and drafter stacks reaches the raw model",
                  unwrap_reaches_raw),

@@ -10,6 +10,8 @@ from pathlib import Path
 from contract.coverage import Cell
 from contract.events import ProfileCudagraphMemory, describe_event
 from contract.expected import STATUS
+from contract.mrv2.report import METHOD
+from contract.mrv2.report import responsible_lines as mrv2_responsible_lines
 from contract.explore import Exploration
 from contract.modes import NONE
 from contract.observation import Action, Dispatch
@@ -57,16 +59,21 @@ def user_settings(s: Scenario, events: list) -> list[str]:
         f"  --compilation-config '{json.dumps(compilation)}'" + (" \\" if s.drafter is not DrafterKind.NONE or s.ubatching else ""),
     ]
     if s.drafter is not DrafterKind.NONE:
-        spec = {"method": "eagle" if s.drafter is DrafterKind.WITH_MODEL else "ngram",
+        spec = {"method": METHOD[s.speculator] if s.drafter is DrafterKind.WITH_MODEL else "ngram",
                 "num_speculative_tokens": s.uniform_decode_query_len - 1}
         if s.spec_enforce_eager:
             spec["enforce_eager"] = True
+        if s.adaptive_verification:
+            spec["enable_adaptive_verification"] = True
         lines.append(f"  --speculative-config '{json.dumps(spec)}'" + (" \\" if s.ubatching else ""))
     if s.ubatching:
         lines.append("  --enable-dbo")
     lines.append("```")
     lines.append(f"Attention backends: the minimum `AttentionCGSupport` over the model's backends is "
                  f"`{s.attention_support.name}`.")
+    for name, compiled in (("model", s.model_compiled), ("draft model", s.draft_compiled)):
+        if not compiled:
+            lines.append(f"The {name}'s class has no active `@support_torch_compile` submodule.")
     return lines
 
 
@@ -200,8 +207,10 @@ def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: i
     if d is not None:
         lines += [f"Dispatch at step {step_index}: {dispatch_summary(d)}", ""]
     lines += mermaid(stacks, d)
-    lines += ["", "## vLLM 0.33.0 lines responsible", ""]
-    lines += [f"- {x}" for x in responsible_lines(prop, trace.scenario, d)]
+    release = getattr(policy, "release", None)  # an MRV2 release
+    lines += ["", f"## vLLM {release or '0.33'}.0 {'MRV2 ' if release else ''}lines responsible", ""]
+    where = mrv2_responsible_lines(release, prop, trace.scenario, d) if release else responsible_lines(prop, trace.scenario, d)
+    lines += [f"- {x}" for x in where]
     lines.append("")
     return "\n".join(lines)
 

@@ -1,9 +1,8 @@
-"""The modelled model runner: an immutable state and a pure step function per event.
+"""The modelled Model Runner V1: an immutable state and a pure step function per event.
 
-MRV1 follows ``GPUModelRunner`` (``v1/worker/gpu_model_runner.py``) and the worker's call order
-(spec §8.3); MRV2 follows ``CudaGraphManager`` (``v1/worker/gpu/cudagraph_utils.py``, spec §9).
-Who captures is decided by walking the wrapper stack with the forward-context mode and batch
-descriptor, layer by layer, the way each wrapper's ``__call__`` does.
+It follows ``GPUModelRunner`` (``v1/worker/gpu_model_runner.py``) and the worker's call order
+(spec §8.3); MRV2 has its own modules (``contract.mrv2``). Who captures is decided by walking the
+wrapper stack with the forward-context mode and batch descriptor, layer by layer, the way each wrapper's ``__call__`` does.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from contract.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
 from contract.policy import LoadContext, Policy
 from contract.resolve import ResolveRejected
-from contract.scenario import Config, ConfigRejected, DrafterKind, Runner, Scenario
+from contract.scenario import Config, ConfigRejected, DrafterKind, Runner, Scenario, canonical_scenarios as _canonical
 from contract.stack import (
     BreakableCUDAGraphWrapper,
     CUDAGraphWrapper,
@@ -69,7 +68,6 @@ class RunnerState:
     memory_profiled: bool = False
     resolved: bool = False
     captured: bool = False
-    use_breakable_cg: bool = False  # MRV2 manager
     halted: str | None = None
 
 
@@ -95,10 +93,9 @@ def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event
     if state.compiled_target is None:
         return False
     if isinstance(event, ProfileCudagraphMemory):
-        # gpu_worker.py:709-717: MRV1, CUDA, mode != NONE; before the real resolve
+        # gpu_worker.py:709-717: CUDA, mode != NONE; before the real resolve
         return (
-            policy.runner is Runner.MRV1
-            and state.cudagraph_mode != NONE
+            state.cudagraph_mode != NONE
             and not state.memory_profiled
             and not state.resolved
         )
@@ -199,36 +196,6 @@ class _Walk:
             if key is not None:
                 self.new_entries.append(Entry(layer, key, self.mode))
 
-    def manager(self) -> None:
-        """MRV2 ``CudaGraphManager``: FULL is a manager graph captured around a NONE-mode forward
-        (``cudagraph_utils.py:497-514``) and replayed by ``run_fullgraph``; PIECEWISE goes through
-        ``run_pw_graph`` (``:578-583``)."""
-        raw = self.state.stacks.drafter if self.role == "drafter" else self.state.stacks.target
-        if self.mode == FULL:
-            layer = f"{self.role}:CudaGraphManager"
-            entry = self._entry(layer, self.desc)
-            if entry is not None:
-                self.actions.append(
-                    LayerAction(layer, LayerKind.CudaGraphManager, FULL, Action.REPLAYED,
-                                entry_mode=entry.runtime_mode, entry_key=entry.key)
-                )
-                return
-            self.actions.append(LayerAction(layer, LayerKind.CudaGraphManager, FULL, Action.CAPTURED))
-            self.depth += 1
-            self.mode = NONE  # every wrapper in the path sees NONE while FULL is captured
-            self.call(raw)
-            self.mode = FULL
-            self.depth -= 1
-            if not self.error:
-                self.completed = True
-                self.new_entries.append(Entry(layer, self.desc, FULL))
-            return
-        if self.mode == PIECEWISE and self.state.use_breakable_cg:
-            # init_breakable_cg_runner: a match-any BreakableCUDAGraphWrapper (:570-576)
-            self._act(f"{self.role}:breakable_cg_runner", LayerKind.BreakableCUDAGraphWrapper, None, raw, 1, True)
-            return
-        self.call(raw)
-
 
 class _Step:
     """Accumulates one event's dispatches and state changes."""
@@ -248,10 +215,7 @@ class _Step:
         state = self.state
         stack = state.stacks.drafter if role == "drafter" else state.stacks.target
         walk = _Walk(state, self.policy, role, mode, desc)
-        if self.policy.runner is Runner.MRV2:
-            walk.manager()
-        else:
-            walk.call(stack)
+        walk.call(stack)
         self.dispatches.append(
             Dispatch(
                 role=role,
@@ -274,25 +238,19 @@ class _Step:
 
     def dispatch(self, role: str, num_tokens: int, uniform: bool = False, valid_modes=None):
         d = self.state.drafter_dispatcher if role == "drafter" else self.state.target_dispatcher
-        if self.policy.runner is Runner.MRV2 and not self.state.captured and not self.capture_phase:
-            return NONE, BatchDescriptor(num_tokens)  # manager dispatch needs _graphs_captured
         return self.policy.dispatch(d, num_tokens, uniform, valid_modes=valid_modes)
 
     def resolve(self) -> None:
-        """``_check_and_update_cudagraph_mode`` (``gpu_model_runner.py:6760-6815``); MRV2's
-        ``initialize_kv_cache`` (``v1/worker/gpu/model_runner.py:748-792``)."""
+        """``_check_and_update_cudagraph_mode`` (``gpu_model_runner.py:6760-6815``)."""
         s, p, st = self.scenario, self.policy, self.state
-        mrv2 = p.runner is Runner.MRV2
-        compiled_any = st.config.compilation_mode == CompilationMode.VLLM_COMPILE
         try:
             resolved = p.resolve(
                 st.cudagraph_mode,
                 st.config,
                 s.attention_support,
                 s.uniform_decode_query_len,
-                mrv2,
+                False,
                 st.capture_sizes,
-                (s.breakable or compiled_any) if mrv2 else True,
             )
         except ResolveRejected as exc:
             self.set(f"resolve rejected: {exc}", halted=f"resolve rejected: {exc}")
@@ -304,7 +262,7 @@ class _Step:
                                              s.uniform_decode_query_len)
         drafter = st.drafter_dispatcher
         if drafter is not None:
-            dmode = mode if mrv2 else p.drafter_cudagraph_mode(mode, s.spec_enforce_eager)
+            dmode = p.drafter_cudagraph_mode(mode, s.spec_enforce_eager)
             drafter = p.initialize_cudagraph_keys(drafter, dmode, resolved.cudagraph_capture_sizes)
         self.set(
             cudagraph_mode=mode,
@@ -312,7 +270,6 @@ class _Step:
             target_dispatcher=target,
             drafter_dispatcher=drafter,
             resolved=True,
-            use_breakable_cg=mrv2 and s.breakable and mode.has_piecewise_cudagraphs(),
         )
         if not p.compile_at_first_forward:
             self.compile()
@@ -355,18 +312,6 @@ class _Step:
                 use_cudagraphs = mode == PIECEWISE and not s.spec_enforce_eager
                 dmode, ddesc = self.dispatch("drafter", desc.num_tokens, valid_modes=None if use_cudagraphs else {NONE})
                 self.forward("drafter", context, dmode, BatchDescriptor(ddesc.num_tokens))
-
-    def capture_model_mrv2(self) -> None:
-        """``ModelCudaGraphManager.capture`` (``cudagraph_utils.py:447-514``, ``:633-641``)."""
-        s = self.scenario
-        roles = ["target"] + (["drafter"] if s.drafter is DrafterKind.WITH_MODEL else [])
-        for role in roles:
-            d = self.state.drafter_dispatcher if role == "drafter" else self.state.target_dispatcher
-            for mode, descs in get_capture_descs(d):
-                for desc in descs:
-                    if self.state.halted:
-                        return
-                    self.forward(role, "capture_model", mode, desc)
 
 
 def step(scenario: Scenario, policy: Policy, state: RunnerState, event: Event, index: int = 0) -> tuple[RunnerState, StepRecord]:
@@ -444,13 +389,10 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
         st.set(captured=True)
         if state.cudagraph_mode != NONE:  # capture_model returns early on NONE (:6831-6836)
             st.capture_phase = True
-            if policy.runner is Runner.MRV2:
-                st.capture_model_mrv2()
-            else:
-                st.set("capture window opened", capturing_enabled=True)
-                st.capture_descs(None, "capture_model")
-                if policy.capture_model_closes_window and not st.state.halted:
-                    st.set("capture window closed", capturing_enabled=False)
+            st.set("capture window opened", capturing_enabled=True)
+            st.capture_descs(None, "capture_model")
+            if policy.capture_model_closes_window and not st.state.halted:
+                st.set("capture window closed", capturing_enabled=False)
             st.capture_phase = False
     elif isinstance(event, ExecuteModel):
         mode, desc = st.dispatch(
@@ -461,8 +403,7 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
         mode, desc = st.dispatch("drafter", event.num_tokens)
         # The proposer's forward context passes no batch_descriptor (llm_base_proposer.py:588-599),
         # so wrappers see BatchDescriptor(num_tokens=padded) (forward_context.py:331-332).
-        key = desc if policy.runner is Runner.MRV2 else BatchDescriptor(desc.num_tokens)
-        st.forward("drafter", "propose", mode, key)
+        st.forward("drafter", "propose", mode, BatchDescriptor(desc.num_tokens))
     else:  # pragma: no cover - Event is a closed union
         raise TypeError(f"unknown event {event!r}")
     return record_extra
@@ -487,3 +428,21 @@ class Run:
         self.state, record = step(self.scenario, self.policy, self.state, event, len(self.records))
         self.records.append(record)
         return record
+
+
+# -- the scenario space and event alphabet the explorer and the machine use ---------------------
+
+def alphabet(scenario: Scenario) -> tuple:
+    from contract.explore import alphabet as mrv1_alphabet
+
+    return mrv1_alphabet(scenario)
+
+
+def canonical_scenarios(policy: Policy) -> list[Scenario]:
+    return _canonical(Runner.MRV1, policy.config_revision)
+
+
+def scenarios():
+    from contract.machine import scenarios as mrv1_scenarios
+
+    return mrv1_scenarios(Runner.MRV1)

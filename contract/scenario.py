@@ -44,6 +44,21 @@ class DrafterKind(enum.Enum):
     WITHOUT_MODEL = "without_model"
 
 
+class Speculator(enum.Enum):
+    """Which MRV2 speculator serves a drafter with a model (``33:v1/worker/gpu/spec_decode/__init__.py:14-94``,
+    ``34:…/__init__.py:18-49``); MRV1 has one proposer class for all of them (``DrafterKind.WITH_MODEL``).
+
+    ``EAGLE``: ``TargetDependentARSpeculator`` (eagle, eagle3, single-module ``mtp``, Gemma4 MTP).
+    ``MULTI_MODULE_MTP``: one module per speculative step. ``DFLASH``: the DFlash family (DFlash,
+    DFlash2, XPress, LiLiCorr, DSpark). ``STANDALONE_AR``: a separate draft model (``draft_model``).
+    """
+
+    EAGLE = "eagle"
+    MULTI_MODULE_MTP = "multi_module_mtp"
+    DFLASH = "dflash"
+    STANDALONE_AR = "standalone_ar"
+
+
 class SplittingOps(enum.Enum):
     """``compilation_config.splitting_ops`` as the user sets it (``config/compilation.py:1147``)."""
 
@@ -78,6 +93,11 @@ class Scenario:
     attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS  # minimum over backends
     spec_enforce_eager: bool = False  # speculative_config.enforce_eager
     uniform_decode_query_len: int = 1  # 1 + num_speculative_tokens
+    # Settings only MRV2's model reads (see RUNNER_SCOPE); written to JSON only when not the default.
+    speculator: Speculator = Speculator.EAGLE
+    model_compiled: bool = True  # the model class has an active @support_torch_compile submodule
+    draft_compiled: bool = True  # the draft model class has one (lead L2)
+    adaptive_verification: bool = False  # speculative_config.enable_adaptive_verification
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -92,16 +112,25 @@ class Scenario:
             return "without a drafter uniform_decode_query_len is 1"
         if self.spec_enforce_eager and not has_spec:
             return "spec_enforce_eager needs a drafter"
-        if self.runner is Runner.MRV2 and self.uniform_decode_query_len > 2:
-            return "MRV2 rounds its own decode graph sizes; the modelled MRV2 covers uniform_decode_query_len <= 2"
-        if self.runner is Runner.MRV2 and self.ubatching:
-            return "micro-batching on MRV2 is outside the modelled space (DBO supports FULL only)"
+        if self.drafter is not DrafterKind.WITH_MODEL and (self.speculator is not Speculator.EAGLE
+                                                           or not self.draft_compiled):
+            return "speculator and draft_compiled describe a drafter with a model"
+        if self.adaptive_verification and not has_spec:
+            return "adaptive_verification needs a drafter"
+        scope = RUNNER_SCOPE[self.runner]
+        if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
+            return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
+        for name in scope["unmodelled"]:
+            if getattr(self, name) != _DEFAULTS[name]:
+                return f"{name} is outside the modelled {self.runner.name} space"
         return None
 
     def to_json(self) -> dict:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if f.name in OPTIONAL_FIELDS and v == f.default:
+                continue
             out[f.name] = v.name if isinstance(v, enum.Enum) else v
         return out
 
@@ -122,6 +151,7 @@ class Scenario:
             "splitting_ops": SplittingOps,
             "drafter": DrafterKind,
             "attention_support": AttentionCGSupport,
+            "speculator": Speculator,
         }
         kwargs = {}
         for name, value in data.items():
@@ -136,6 +166,20 @@ class Scenario:
                     raise ValueError(f"scenario field {name} must be true or false")
                 kwargs[name] = value
         return cls(**kwargs)
+
+
+# Fields added after the first trace format; a trace without them reads as their defaults.
+OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
+
+# What each runner's model covers: settings outside it must keep their defaults.
+RUNNER_SCOPE = {
+    # MRV1 has one proposer class and compiles every decorated model alike.
+    Runner.MRV1: {"max_uniform_decode_query_len": 3, "unmodelled": OPTIONAL_FIELDS},
+    # MRV2's micro-batch runner exists only with DP > 1 and holds FULL graphs only
+    # (``33:v1/worker/gpu/ubatch_utils.py:545-559``).
+    Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ("ubatching",)},
+}
 
 
 @dataclass(frozen=True)
@@ -154,7 +198,20 @@ class ConfigRejected(Exception):
 
 
 def normalise(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_30) -> Config:
-    """Config-time normalisation for the modelled settings, in source order (spec §8.1, §5.1, §5.2).
+    """``post_init``, then the MRV1 ``CudagraphDispatcher`` constructor assert (``v1/cudagraph_dispatcher.py:48-60``)."""
+    config = post_init(scenario, revision)
+    mode = config.cudagraph_mode
+    attention_compiled_piecewise = (config.compilation_mode == CompilationMode.VLLM_COMPILE
+                                    and config.splitting_ops_contain_attention)
+    if mode.requires_piecewise_compilation() and not (attention_compiled_piecewise or scenario.breakable):
+        raise ConfigRejected(
+            f"CudagraphDispatcher: cudagraph_mode={mode.name} needs attention compiled piecewise"
+        )
+    return config
+
+
+def post_init(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_30) -> Config:
+    """``VllmConfig.__post_init__`` for the modelled settings, in source order (spec §8.1, §5.1, §5.2).
 
     - breakable on → ``compilation_config.mode = NONE`` (``config/vllm.py:867-869``, called ``:1793``);
     - piecewise modes without VLLM_COMPILE and without breakable are dropped
@@ -163,7 +220,8 @@ def normalise(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_3
       ``None`` becomes ``[]``; under VLLM_COMPILE ``None`` becomes every attention op, and an
       explicit ``[]`` turns PIECEWISE into NONE and FULL_AND_PIECEWISE into FULL;
     - final CUDA assert: piecewise modes need VLLM_COMPILE or breakable (``config/vllm.py:2166-2178``);
-    - the ``CudagraphDispatcher`` constructor assert (``v1/cudagraph_dispatcher.py:48-60``).
+    - adaptive verification requires full CUDA graphs (``_validate_adaptive_verification``,
+      ``34:config/vllm.py:3283-3288``).
     """
     mode = scenario.cudagraph_mode
     compilation_mode = scenario.compilation_mode
@@ -192,11 +250,8 @@ def normalise(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_3
         compilation_mode == CompilationMode.VLLM_COMPILE or scenario.breakable
     ):
         raise ConfigRejected(f"cudagraph_mode={mode.name} needs VLLM_COMPILE or breakable")
-    attention_compiled_piecewise = compilation_mode == CompilationMode.VLLM_COMPILE and contains_attention
-    if mode.requires_piecewise_compilation() and not (attention_compiled_piecewise or scenario.breakable):
-        raise ConfigRejected(
-            f"CudagraphDispatcher: cudagraph_mode={mode.name} needs attention compiled piecewise"
-        )
+    if scenario.adaptive_verification and not mode.has_full_cudagraphs():
+        raise ConfigRejected("Adaptive verification requires full CUDA graphs")
     return Config(
         cudagraph_mode=mode,
         compilation_mode=compilation_mode,
@@ -227,7 +282,7 @@ def all_scenarios(runner: Runner = Runner.MRV1) -> list[Scenario]:
                       compilation_mode=compilation_mode, splitting_ops=splitting_ops, drafter=drafter,
                       attention_support=support, spec_enforce_eager=eager, uniform_decode_query_len=q)
         probe = object.__new__(Scenario)
-        for k, v in fields.items():
+        for k, v in {**_DEFAULTS, **fields}.items():
             object.__setattr__(probe, k, v)
         if probe.problem() is None:
             out.append(Scenario(**fields))

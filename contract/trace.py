@@ -25,7 +25,7 @@ from pathlib import Path
 from contract.events import Event, event_from_json, event_to_json
 from contract.policy import Policy, load_policy
 from contract.properties import PROPERTIES, Violation, check
-from contract.runner import Run
+from contract.engine import Run
 from contract.scenario import Scenario
 
 SCHEMA = "cudagraph-contract.trace"

@@ -71,7 +71,7 @@ def observe_all(order):
     return {t.name: session.replay(t.scenario, t.events) for t in order}
 out["order_independent"] = observe_all(traces) == observe_all(traces[::-1])
 
-mrv2 = record(Scenario(runner=Runner.MRV2, breakable=True), load_policy("mrv2"),
+mrv2 = record(Scenario(runner=Runner.MRV2, breakable=True), load_policy("mrv2_0_33"),
               [LoadModel(), ProfileRun(), Resolve(), CaptureModel(), ExecuteModel(3)])
 result = compare(session, mrv2, policy, "mrv2")
 out["mrv2"] = [result.status, result.steps]

@@ -21,4 +21,5 @@ def _holding(name: str):
 TestVllm029Holds = _holding("vllm_0_29")
 TestPr56312DraftHolds = _holding("pr56312_draft")
 TestVllm030Holds = _holding("vllm_0_30")
-TestMrv2Holds = _holding("mrv2")
+TestMrv2_033Holds = _holding("mrv2_0_33")
+TestMrv2_034Holds = _holding("mrv2_0_34")

@@ -108,9 +108,9 @@ def test_0_29_block_reads_as_0_29(tmp_path):
     assert found.policy.load_model(ctx) == load_policy("vllm_0_29").load_model(ctx)
 
 
-def test_tree_without_mrv1_runner(tmp_path):
+def test_tree_with_neither_runner(tmp_path):
     (tmp_path / "vllm" / "v1" / "worker").mkdir(parents=True)
-    one_line_error(verify("--vllm-src", tmp_path), "no Model Runner V1 in this tree (vLLM 0.34+)")
+    one_line_error(verify("--vllm-src", tmp_path), "is neither Model Runner V1 nor V2")
 
 
 def test_call_the_branch_class_refuses(tmp_path):

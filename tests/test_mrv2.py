@@ -1,0 +1,127 @@
+"""Model Runner V2's own rules, per release: manager candidates and dispatch, run_fullgraph's
+assertion, memory profiling, speculator managers, and what tells 0.33.0 from 0.34.0."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from contract.engine import Run
+from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, PIECEWISE, AttentionCGSupport
+from contract.mrv2 import cudagraph_utils as cgu
+from contract.mrv2.cudagraph_utils import BED
+from contract.observation import Action, Dispatch, LayerAction, LayerKind
+from contract.policy import load_policy
+from contract.properties import capture_legality
+from contract.scenario import DrafterKind, Runner, Scenario, Speculator
+from contract.trace import load, replay
+
+START = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
+TRACES = Path(__file__).parent / "traces"
+
+
+def _run(policy, events, **fields):
+    run = Run(Scenario(runner=Runner.MRV2, **fields), load_policy(policy))
+    records = [run.apply(e) for e in events]
+    return run, records
+
+
+def _captured(manager, desc):
+    return replace(manager, graphs=manager.graphs | {desc}, graphs_captured=True)
+
+
+@pytest.mark.parametrize("release", cgu.RELEASES)
+def test_first_group_rule_and_decode_tables(release):
+    """0.33 tries only the smallest covering FULL group; 0.34 looks a uniform batch up in the
+    decode table of its query length first."""
+    m = cgu.build("t", release, FULL_AND_PIECEWISE, (2, 4), 2, target_q=2, use_breakable_cg=False)
+    m = replace(m, graphs_captured=True)
+    assert dict(m.capture_descs)[FULL] == (BED(FULL, 4, 2, 2), BED(FULL, 2, 1, 2))
+    assert dict(m.capture_descs)[PIECEWISE] == (BED(PIECEWISE, 4), BED(PIECEWISE, 2))
+    assert cgu.dispatch(m, 1, 2, 2, 2) == BED(FULL, 2, 1, 2)
+    assert cgu.dispatch(m, 3, 3, None, 3) == BED(PIECEWISE, 4)
+    assert cgu.dispatch(m, 4, 5, None, 3) == BED(NONE, 5, 4)
+    # two requests of one token each with q=2: not this query length; the token-keyed P graph
+    assert cgu.dispatch(m, 2, 2, 1, 1) == BED(PIECEWISE, 2)
+    assert cgu.dispatch(replace(m, graphs_captured=False), 1, 2, 2, 2) == BED(NONE, 2, 1)  # _graphs_captured gate
+
+
+def test_draft_decode_sizes_differ_between_releases():
+    q3 = dict(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=3)
+    runs = {r: Run(Scenario(**q3), load_policy(r)) for r in ("mrv2_0_33", "mrv2_0_34")}
+    decode = {}
+    for name, run in runs.items():
+        for e in START:
+            run.apply(e)
+        decode[name] = run.apply(Propose(3, True)).dispatches[-1].batch_descriptor
+    # one request drafting one token: 0.33 pads to its smallest shared size, 0.34 has the request grid
+    assert decode == {"mrv2_0_33": BED(FULL, 2, 2, 1), "mrv2_0_34": BED(FULL, 1, 1, 1)}
+
+
+def test_a_0_34_trace_disagrees_on_named_steps_under_0_33():
+    trace = load(TRACES / "mrv2-0.34-draft-decode-request-grid.json")
+    assert replay(trace).agrees
+    result = replay(trace, load_policy("mrv2_0_33"))
+    assert "step 6 (propose) differs from the recorded observation" in result.mismatches
+
+
+@pytest.mark.parametrize("policy", ["mrv2_0_33", "mrv2_0_34"])
+def test_run_fullgraph_without_a_graph_is_an_assertion_not_a_capture(policy):
+    run, _ = _run(policy, START, cudagraph_mode=FULL_DECODE_ONLY)
+    run.state = replace(run.state, target=replace(run.state.target, graphs=frozenset()))
+    record = run.apply(ExecuteModel(2, True))
+    (d,) = record.dispatches
+    assert d.runtime_mode == FULL and [a.action for a in d.layers] == [Action.RAISED]
+    assert record.halted.startswith("AssertionError: No cudagraph for BED(FULL,2,2")
+
+
+def test_memory_profiling_captures_then_clears_and_drops_the_managers():
+    run, records = _run("mrv2_0_34", START, breakable=True)
+    profiling = records[2]
+    assert [(d.runtime_mode, d.layers[0].action) for d in profiling.dispatches] == [
+        (PIECEWISE, Action.CAPTURED), (PIECEWISE, Action.CAPTURED), (FULL, Action.CAPTURED), (FULL, Action.CAPTURED)]
+    assert "profiling graphs cleared; managers dropped" in profiling.changes
+    # the real capture captures every descriptor again, into fresh managers and runners
+    capture = records[4]
+    assert all(d.layers[0].action is Action.CAPTURED and not d.previously_captured for d in capture.dispatches)
+    assert len(capture.dispatches) == 4
+
+
+def test_standalone_ar_has_graphs_only_in_0_34():
+    fields = dict(drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2, speculator=Speculator.STANDALONE_AR)
+    run33, _ = _run("mrv2_0_33", START, **fields)
+    run34, _ = _run("mrv2_0_34", START, **fields)
+    assert run33.state.prefill is None and run33.state.decode is None
+    assert run34.state.prefill.cudagraph_mode == FULL_AND_PIECEWISE and run34.state.decode.cudagraph_mode == FULL_DECODE_ONLY
+    assert all(d.runtime_mode == NONE for d in run33.apply(Propose(2, True)).dispatches)
+
+
+@pytest.mark.parametrize("speculator, mode", [
+    (Speculator.EAGLE, FULL_AND_PIECEWISE),  # the target's resolved mode
+    (Speculator.MULTI_MODULE_MTP, FULL_DECODE_ONLY),  # compiled piecewise does not specialise the module
+    (Speculator.DFLASH, FULL_DECODE_ONLY),
+])
+def test_speculator_prefill_manager_modes(speculator, mode):
+    run, records = _run("mrv2_0_34", START[:4], drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
+                        speculator=speculator)
+    assert records[3].drafter_cudagraph_mode == mode
+
+
+def test_dflash_without_uniform_batch_attention_runs_eagerly():
+    run, records = _run("mrv2_0_34", START[:4], drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
+                        speculator=Speculator.DFLASH, attention_support=AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+    assert records[3].drafter_cudagraph_mode == NONE
+
+
+def test_has_compiled_submodule_is_the_model_class_not_the_compilation_mode():
+    run, records = _run("mrv2_0_33", START[:4], model_compiled=False)
+    assert records[3].cudagraph_mode == FULL_DECODE_ONLY  # piecewise capture unavailable
+
+
+def test_mrv2_runtime_capture_is_reported_as_silent_not_as_mrv1s_error():
+    d = Dispatch("target", "execute_model", PIECEWISE, BED(PIECEWISE, 4),
+                 (LayerAction("target:breakable_cg_runner", LayerKind.BreakableCUDAGraphWrapper, None, Action.CAPTURED),),
+                 capture_phase=False, capturing_enabled=None, ran_eager=False)
+    message = capture_legality(Scenario(runner=Runner.MRV2), Runner.MRV2, d)
+    assert "silent runtime capture" in message and "inappropriate" not in message

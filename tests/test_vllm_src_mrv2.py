@@ -1,0 +1,103 @@
+"""``verify --vllm-src`` on a tree with Model Runner V2 only (vLLM 0.34 and later): the release is
+recognised from ``CudaGraphManager.__init__`` and the tree's own ``use_breakable_cg`` and
+``piecewise_capture_available`` expressions are what the model runs.
+
+The synthetic trees hold only those two statements, written here in vLLM's layout; the released
+0.34.0 tree is used when ``CONTRACT_VLLM_0_34_SRC`` names its ``vllm/`` (skipped otherwise, failed
+under ``CONTRACT_REQUIRE_VLLM=1``)."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from contract import branch
+from contract.cli import app
+from contract.expected import FAILS
+from contract.explore import explore
+from contract.mrv2 import branch as mrv2_branch
+from contract.properties import PROPERTIES
+
+runner = CliRunner()
+RELEASED_0_34 = mrv2_branch.RELEASED["0.34"]
+
+
+def mrv2_tree(root: Path, use_breakable_cg: str = RELEASED_0_34[0], available: str = RELEASED_0_34[1],
+              param: str = "decode_query_lens") -> Path:
+    gpu = root / "vllm" / "v1" / "worker" / "gpu"
+    gpu.mkdir(parents=True)
+    (gpu / "cudagraph_utils.py").write_text(
+        "class CudaGraphManager:\n"
+        f"    def __init__(self, vllm_config, device, cudagraph_mode, {param}):\n"
+        f"        self.use_breakable_cg = (\n            {use_breakable_cg}\n        )\n")
+    (gpu / "model_runner.py").write_text(
+        "class GPUModelRunner:\n"
+        "    def initialize_kv_cache(self, kv_cache_config, is_profiling=False):\n"
+        f"        piecewise_capture_available = {available}\n")
+    return root
+
+
+def failing(policy) -> set[str]:
+    return {p for p in PROPERTIES if not explore(policy).holds(p)}
+
+
+def test_released_rules_are_recognised(tmp_path):
+    found = branch.load(mrv2_tree(tmp_path))
+    assert found.release == "0.34.0" and found.policy.name == "mrv2_0_34"
+    found = branch.load(mrv2_tree(tmp_path / "old", *mrv2_branch.RELEASED["0.33"], param="decode_query_len"))
+    assert found.release == "0.33.0" and found.policy.name == "mrv2_0_33"
+
+
+def test_edited_rule_reaches_the_model(tmp_path):
+    """use_breakable_cg without the breakable switch: the match-any runner wraps the compiled model,
+    so a PIECEWISE capture nests the compiled pieces' capture (P1) under the wrong capturer (P3)."""
+    found = branch.load(mrv2_tree(tmp_path, "self.cudagraph_mode.has_piecewise_cudagraphs()"))
+    assert found.release is None and found.policy.release == "0.34"
+    result = explore(found.policy, first_only=True)
+    assert {"P1", "P3"} <= set(result.counterexamples)
+    assert "nested capture" in result.counterexamples["P1"].expected_violations[0]["message"]
+
+
+def test_use_breakable_cg_without_has_piecewise_changes_no_verdict(tmp_path):
+    """A manager whose mode has no piecewise graphs never reaches run_pw_graph, so dropping
+    ``has_piecewise_cudagraphs()`` builds an unused runner: the verdicts are the release's."""
+    found = branch.load(mrv2_tree(tmp_path, "is_breakable_cudagraph_enabled(self.compilation_config)"))
+    assert found.release is None
+    assert failing(found.policy) == FAILS["mrv2_0_34"]
+
+
+def test_expression_reading_an_unmodelled_name_is_refused(tmp_path):
+    tree = mrv2_tree(tmp_path, "is_breakable_cudagraph_enabled(self.compilation_config) and use_it_anyway")
+    result = runner.invoke(app, ["verify", "--vllm-src", str(tree)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "use_it_anyway" in lines[0], result.output
+
+
+def released_0_34() -> Path:
+    src = os.environ.get("CONTRACT_VLLM_0_34_SRC")
+    if src and (Path(src) / mrv2_branch.MANAGER_FILE).is_file():
+        return Path(src)
+    if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+        pytest.fail("set CONTRACT_VLLM_0_34_SRC to the vllm/ of the unpacked 0.34.0 wheel")
+    pytest.skip("CONTRACT_VLLM_0_34_SRC is not set")
+
+
+def test_released_0_34_tree_verifies(tmp_path):
+    pkg = released_0_34()
+    result = runner.invoke(app, ["verify", "--vllm-src", str(pkg), "--profile", "ci", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert branch.load(pkg).policy.name == "mrv2_0_34"
+    edited = tmp_path / "vllm"
+    for rel in (mrv2_branch.MANAGER_FILE, mrv2_branch.RUNNER_FILE):
+        (edited / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pkg / rel, edited / rel)
+    path = edited / mrv2_branch.MANAGER_FILE
+    text = path.read_text()
+    released = "is_breakable_cudagraph_enabled(self.compilation_config)\n            and self.cudagraph_mode.has_piecewise_cudagraphs()"
+    assert released in text
+    path.write_text(text.replace(released, "self.cudagraph_mode.has_piecewise_cudagraphs()"))
+    found = branch.load(edited)
+    assert found.release is None and {"P1", "P3"} <= set(explore(found.policy, first_only=True).counterexamples)
