@@ -25,7 +25,9 @@ verify: $(VENV)/.installed
 	bash conformance-env/make-env.sh $* .venv-vllm-$*
 	touch $@
 
-vllm-envs: $(VLLM_ENVS)
+# The releases download and unpack side by side: mostly network and disk, little CPU.
+vllm-envs: .venv-vllm/.complete
+	$(MAKE) -j4 $(VLLM_ENVS)
 
 test: $(VENV)/.installed vllm-envs
 	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2

@@ -13,7 +13,7 @@ from itertools import zip_longest
 from contract.events import describe_event
 from contract.policy import Policy
 from contract.properties import check
-from contract.runner import Run
+from contract.engine import Run
 from contract.scenario import Runner
 from contract.trace import Trace, TraceError
 

@@ -1,6 +1,7 @@
 """The model MRV2 runs, compiled at its first forward by real Dynamo through vLLM's ``VllmBackend``.
 
-``TinyCompiledModel`` is decorated with vLLM's ``@support_torch_compile``: its constructor decides
+``TinyCompiledModel`` is ``TinyModel`` decorated with vLLM's ``@support_torch_compile`` (a scenario's
+``model_compiled``; ``TinyModel`` itself stands for an undecorated class): its constructor decides
 ``do_not_compile`` from the config (``compilation/decorators.py``), so ``has_compiled_submodule``
 (``v1/worker/gpu/cudagraph_utils.py:145-151`` in 0.34.0) answers about a real compiled class, and
 its first call runs ``torch.compile`` with ``VllmBackend``, whose ``PiecewiseCompileInterpreter``
@@ -75,36 +76,43 @@ def configure(vllm_config) -> None:
         cc.splitting_ops = [*cc.splitting_ops, ATTENTION_OP]
 
 
-_MODEL_CLASS = None
+class TinyModel(torch.nn.Module):
+    """A model class without ``@support_torch_compile`` (``model_compiled`` false): it never compiles."""
+
+    def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB_SIZE, HIDDEN_SIZE)
+        self.weight = torch.nn.Parameter(torch.eye(HIDDEN_SIZE) * 0.5, requires_grad=False)
+        max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+        self.register_buffer("attn_output", torch.zeros(max_tokens, HIDDEN_SIZE), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                intermediate_tensors=None, inputs_embeds=None) -> torch.Tensor:
+        h = torch.ops.simcg.compute(self.embed(input_ids), self.weight)
+        out = self.attn_output[: h.shape[0]]
+        torch.ops.simcg.attention(h, out)
+        return torch.ops.simcg.compute(out, self.weight) * 2
 
 
-def model_class():
-    global _MODEL_CLASS
-    if _MODEL_CLASS is None:
+_COMPILED_CLASS = None
+
+
+def compiled_class():
+    """``TinyModel`` under vLLM's ``@support_torch_compile`` (decorated once per process)."""
+    global _COMPILED_CLASS
+    if _COMPILED_CLASS is None:
         from vllm.compilation.decorators import support_torch_compile
 
-        @support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": 0})
-        class TinyCompiledModel(torch.nn.Module):
-            def __init__(self, *, vllm_config, prefix: str = "") -> None:
-                super().__init__()
-                self.embed = torch.nn.Embedding(VOCAB_SIZE, HIDDEN_SIZE)
-                self.weight = torch.nn.Parameter(torch.eye(HIDDEN_SIZE) * 0.5, requires_grad=False)
-                max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-                self.register_buffer("attn_output", torch.zeros(max_tokens, HIDDEN_SIZE), persistent=False)
+        class TinyCompiledModel(TinyModel):
+            pass
 
-            def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                        intermediate_tensors=None, inputs_embeds=None) -> torch.Tensor:
-                h = torch.ops.simcg.compute(self.embed(input_ids), self.weight)
-                out = self.attn_output[: h.shape[0]]
-                torch.ops.simcg.attention(h, out)
-                return torch.ops.simcg.compute(out, self.weight) * 2
-
-        _MODEL_CLASS = TinyCompiledModel
-    return _MODEL_CLASS
+        _COMPILED_CLASS = support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": 0})(TinyCompiledModel)
+    return _COMPILED_CLASS
 
 
-def build(vllm_config, prefix: str = "model"):
+def build(vllm_config, decorated: bool = True, prefix: str = "model"):
     from vllm.config import set_current_vllm_config
 
+    cls = compiled_class() if decorated else TinyModel
     with set_current_vllm_config(vllm_config):
-        return model_class()(vllm_config=vllm_config, prefix=prefix)
+        return cls(vllm_config=vllm_config, prefix=prefix)

@@ -1,6 +1,7 @@
 """One Model Runner V2 conformance run: start vLLM's MRV2 code, replay the corpus, collect results.
 
-The generated corpus is every MRV2 scenario (``scenario.all_scenarios(Runner.MRV2)``) under the
+The generated corpus is every MRV2 scenario without a speculator (``scenario.all_scenarios(Runner.MRV2)``,
+with ``model_compiled`` both ways) under the
 MRV1 corpus's event script, as far as the model's runner takes it; ``covering`` keeps one trace
 per new observation cell (``corpus.select``).
 """
@@ -8,6 +9,7 @@ per new observation cell (``corpus.select``).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from collections.abc import Iterator
 
 from contract.conformance import corpus as corpus_mod
@@ -22,8 +24,12 @@ NOT_REPLAYED_SPECULATOR = "not replayed (MRV2 speculator)"
 
 
 def scenarios() -> Iterator:
-    """MRV2 scenarios without a speculator (the replay drives no speculator yet)."""
-    return (s for s in all_scenarios(Runner.MRV2) if s.drafter is DrafterKind.NONE)
+    """MRV2 scenarios without a speculator (the replay drives no speculator yet), each with a
+    compiled-class model and with an undecorated one (``model_compiled``)."""
+    for s in all_scenarios(Runner.MRV2):
+        if s.drafter is DrafterKind.NONE:
+            yield s
+            yield replace(s, model_compiled=False)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:

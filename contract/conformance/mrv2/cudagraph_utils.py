@@ -11,7 +11,11 @@ Simulated, in addition to ``contract/conformance/simcuda.py`` (why each is neede
   needs an initialised distributed state; one rank, first and last;
 - ``is_global_first_rank``: only chooses the tqdm bar (``33:…:460``, ``34:…:495``); False;
 - ``torch.accelerator.get_memory_info`` / ``synchronize``: ``capture_model`` reads free memory
-  around the capture (``34:v1/worker/gpu/model_runner.py:1160,1206``).
+  around the capture (``34:v1/worker/gpu/model_runner.py:1160,1206``);
+- ``_init_minimal_kv_cache_for_profiling``: builds the smallest real KV-cache config from the
+  model's attention layers (``34:…/cudagraph_utils.py:1108-1129``), which the stand-in model has
+  none of; it calls the runner's ``initialize_kv_cache(config, is_profiling=True)`` as the real one
+  does, with the stand-in config.
 
 The watch calls the original ``capture`` with a ``create_forward_fn`` that calls the original
 factory and the forward functions it returns unchanged; it only tells the replay where each
@@ -50,6 +54,7 @@ def install(module, listener) -> None:
     module.graph_capture = graph_capture
     module.get_pp_group = lambda: _PPGroup()
     module.is_global_first_rank = lambda: False
+    module._init_minimal_kv_cache_for_profiling = lambda runner: runner.initialize_kv_cache(None, is_profiling=True)
     torch.accelerator.get_memory_info = lambda *a, **k: (0, 0)
     torch.accelerator.synchronize = lambda *a, **k: None
     manager = module.CudaGraphManager

@@ -6,16 +6,20 @@
   ``34:…:826-829``);
 - ``execute_model``: the ``dispatch_cg_and_sync_dp`` statement (``33:…:1832-1848``, ``34:…:1884-1900``)
   and the "Run model" branch (``33:…:2051-2097``, ``34:…:2119-2164``);
-- ``capture_model``: the whole method, called unbound on the stand-in runner.
+- ``capture_model``: the whole method, called unbound on the stand-in runner, and so is
+  ``profile_cudagraph_memory`` (``v1/worker/gpu/cudagraph_utils.py``), whose KV-cache bootstrap
+  (``_init_minimal_kv_cache_for_profiling``) calls the runner's ``initialize_kv_cache`` with a
+  stand-in config.
 
 The stand-in runner holds what those read (``GPUModelRunner.__init__``/``load_model``), with
 stand-ins for the KV-cache plumbing that decides nothing about graphs: a model state whose dummy
 and attention inputs are empty, dummy block tables, a KV-cache config without groups, a no-op KV
-connector.
+connector, no expert load balancer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import types
 from dataclasses import dataclass
 
@@ -101,6 +105,11 @@ class _KVConnector:
         return None
 
 
+def kv_cache_config() -> types.SimpleNamespace:
+    """A ``KVCacheConfig`` without groups: no attention layer exists to hold a KV cache."""
+    return types.SimpleNamespace(kv_cache_groups=[], num_blocks=0, has_mamba_layers=False)
+
+
 def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace:
     """The ``self`` of the blocks and of ``capture_model``."""
     from vllm.v1.worker.gpu.input_batch import InputBuffers
@@ -116,7 +125,8 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         max_num_reqs=scheduler.max_num_seqs,
         max_num_tokens=scheduler.max_num_batched_tokens,
         decode_query_len=1 + vllm_config.num_speculative_tokens,
-        kv_cache_config=types.SimpleNamespace(kv_cache_groups=[], num_blocks=0, has_mamba_layers=False),
+        kv_cache_config=kv_cache_config(),
+        cache_config=vllm_config.cache_config,
         lora_config=None,
         lora_capture_cases=None,
         adaptive_verification=None,
@@ -133,7 +143,9 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         attn_groups=[],
         use_aux_hidden_state_outputs=False,
         kv_connector=_KVConnector(),
+        eplb=types.SimpleNamespace(suppress=contextlib.nullcontext),  # expert load balancing: no MoE
         _draft_workspace_lane=None,
     )
-    runner.maybe_setup_dummy_loras = types.MethodType(gmr.maybe_setup_dummy_loras, runner)
+    for name in ("maybe_setup_dummy_loras", "maybe_remove_all_loras", "needs_cudagraph_capture", "capture_model"):
+        setattr(runner, name, types.MethodType(getattr(gmr, name), runner))
     return runner

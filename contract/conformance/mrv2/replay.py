@@ -11,9 +11,12 @@ decision and Dynamo compile, ``has_compiled_submodule``, adaptive verification's
 wrappers' gating, capture and replay. The harness writes the scheduler's side of a step (request
 and token counts) and the stand-ins listed in ``model_runner.py``.
 
-A step's event maps to the real inputs as follows: ``execute_model(n, uniform_decode)`` is a batch
-of ``n/q`` requests of ``q`` tokens each (``uniform_tok_count = q``), or else one request of ``n``
-tokens (``uniform_tok_count = None``); ``force_eager`` is ``need_eager`` (``is_profile``).
+A step's event maps to the real inputs as the model reads it (``contract/mrv2/model_runner.py``,
+``_batch``): ``execute_model(n, uniform_decode)`` is ``n/q`` requests of ``q`` tokens each
+(``uniform_tok_count = max_query_len = q``), or else ``min(n, max_num_seqs)`` requests, one longer
+than ``q`` (``uniform_tok_count = None``, ``max_query_len = q + 1``); ``force_eager`` is
+``need_eager`` (``is_profile``). ``profile_run`` dispatches the model's ``PROFILE_NUM_TOKENS`` over
+``max_num_seqs`` requests: any count is NONE there.
 """
 
 from __future__ import annotations
@@ -123,6 +126,10 @@ class Session:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
         os.environ.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
         os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+        # vLLM's opt-out of freezing gc around capture (utils/gc_utils.py): its exit unfreezes and
+        # collects the whole heap, which the session keeps frozen so that the collections vLLM runs
+        # per capture stay cheap. No graph decision reads it.
+        os.environ["VLLM_ENABLE_CUDAGRAPH_GC"] = "1"
         platform.activate(MODULES)
         import vllm
         import vllm.v1.worker.gpu.cudagraph_utils as cg_utils
@@ -182,9 +189,9 @@ class Session:
         """One model per config-time class, compiled once by its first forward: a compile is
         decided by the config as post-init leaves it, equal within the class. Its graphs are
         cleared between traces by ``clear_all_graphs`` on both wrapper classes."""
-        key = config_key(scenario)
+        key = (*config_key(scenario), scenario.model_compiled)
         if key not in self._models:
-            self._models[key] = backends.build(vllm_config)
+            self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled)
         return self._models[key]
 
     def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
@@ -222,8 +229,10 @@ class RealRun:
         self.runner = model_runner.stand_in_runner(
             session.gpu_model_runner, vllm_config, self.model, torch.device("cpu")
         )
+        self.runner.initialize_kv_cache = self.initialize_kv_cache
         self.step: dict = {}
         self.capture_phase = False
+        self.context = "capture_model"
         self._capture: dict | None = None
 
     # -- observation --------------------------------------------------------------------------
@@ -255,11 +264,11 @@ class RealRun:
             return
         if kind == "warmup":
             self._finish_capture()
-            self.start("capture_model", "NONE", {"num_tokens": desc.num_tokens, "num_reqs": None, "uniform": False})
+            self.start(self.context, "NONE", _descriptor(desc, warmup=True))
             self._capture = {"desc": desc, "warmup": True}
         elif self._capture is None or self._capture["desc"] is not desc or self._capture["warmup"]:
             self._finish_capture()
-            self.start("capture_model", desc.cg_mode.name, _descriptor(desc))
+            self.start(self.context, desc.cg_mode.name, _descriptor(desc))
             self._capture = {"desc": desc, "warmup": False}
 
     def _finish_capture(self) -> None:
@@ -296,26 +305,49 @@ class RealRun:
     def on_profile_run(self, event) -> None:
         """``profile_run`` → ``_dummy_run(is_profile=True)`` → ``execute_model``: dispatch with
         ``need_eager``, then the model's first forward, where Dynamo compiles."""
-        self.execute(PROFILE_NUM_TOKENS, 1, None, is_profile=True, context="profile_run")
+        self.execute(PROFILE_NUM_TOKENS, self.runner.max_num_reqs, None, None, is_profile=True, context="profile_run")
 
-    def on_resolve(self, event) -> None:
-        """``initialize_kv_cache``'s block: adaptive verification, resolve, ``ModelCudaGraphManager``."""
-        support = self.scenario.attention_support.name
+    def initialize_kv_cache(self, kv_cache_config=None, is_profiling: bool = False) -> None:
+        """``initialize_kv_cache``'s block: adaptive verification, resolve, ``ModelCudaGraphManager``,
+        then the speculator's managers. The KV-cache config stands in for the one vLLM builds."""
         from vllm.v1.attention.backend import AttentionCGSupport
 
+        support = self.scenario.attention_support.name
         attn_cg_support = types.SimpleNamespace(min_cg_support=AttentionCGSupport[support],
                                                 min_cg_attn_backend=f"SIM_ATTN_{support}")
+        self.runner.kv_cache_config = model_runner.kv_cache_config()
         try:
             out = self.session.blocks.initialize_kv_cache(self.runner, attn_cg_support=attn_cg_support,
-                                                          is_profiling=False)
+                                                          is_profiling=is_profiling)
             self.session.blocks.init_speculator_cudagraph_manager(self.runner, cudagraph_mode=out["cudagraph_mode"])
         except ValueError as exc:
             raise Halt(errors.resolve_rejected(exc)) from exc
-        finally:
-            self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
         manager = self.runner.cudagraph_manager
         _MANAGERS[id(manager)] = manager
         self.recorder.label(manager, f"target:{MANAGER}", MANAGER)
+
+    def on_profile_cudagraph_memory(self, event) -> None:
+        """``profile_cudagraph_memory`` (``34:…/cudagraph_utils.py:988-1095``), vLLM's own, on the
+        stand-in runner: it initialises the KV cache for profiling (the first resolve and managers),
+        captures every PIECEWISE and the two widest FULL descriptors through ``capture_model``,
+        clears every graph of both wrapper classes and drops the managers."""
+        self.capture_phase, self.context = True, "profile_cudagraph_memory"
+        try:
+            self.session.gpu_model_runner.GPUModelRunner.profile_cudagraph_memory(self.runner)
+        except (Halt, AssertionError):
+            raise
+        except Exception as exc:
+            raise Halt(errors.normalise(exc)) from exc
+        finally:
+            self._finish_capture()
+            self.capture_phase, self.context = False, "capture_model"
+            self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+
+    def on_resolve(self, event) -> None:
+        try:
+            self.initialize_kv_cache()
+        finally:
+            self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
 
     def on_capture_model(self, event) -> None:
         """``capture_model``, vLLM's whole method on the stand-in runner."""
@@ -331,21 +363,21 @@ class RealRun:
             self.capture_phase = False
 
     def on_execute_model(self, event) -> None:
-        q = 1 + self.vllm_config.num_speculative_tokens
+        q = self.runner.decode_query_len
+        n = event.num_tokens
         if event.uniform_decode:
-            self.execute(event.num_tokens, event.num_tokens // q, q, is_profile=event.force_eager)
+            self.execute(n, n // q, q, q, is_profile=event.force_eager)
         else:
-            self.execute(event.num_tokens, 1, None, is_profile=event.force_eager)
+            self.execute(n, min(n, self.runner.max_num_reqs), None, q + 1, is_profile=event.force_eager)
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def execute(self, num_toks: int, num_reqs: int, uniform_tok_count, *, is_profile: bool,
+    def execute(self, num_toks: int, num_reqs: int, uniform_tok_count, max_query_len, *, is_profile: bool,
                 context: str = "execute_model") -> None:
         """``execute_model``'s dispatch statement and "Run model" branch, vLLM's own."""
         import torch
 
         scheduler_output = types.SimpleNamespace(skip_drafts=False)
-        max_query_len = uniform_tok_count if uniform_tok_count is not None else num_toks
         out = self.session.blocks.dispatch(
             self.runner, num_reqs=num_reqs, num_toks=num_toks, uniform_tok_count=uniform_tok_count,
             max_query_len=max_query_len, is_profile=is_profile, skip_compiled=False, num_active_loras=0,
@@ -360,7 +392,7 @@ class RealRun:
                                             is_padding=buffers.is_padding[:padded])
         model_inputs = {"input_ids": buffers.input_ids[:padded], "positions": buffers.positions[:padded],
                         "inputs_embeds": None, "intermediate_tensors": None}
-        self.start(context, batch_desc.cg_mode.name, _descriptor(batch_desc, padded))
+        self.start(context, batch_desc.cg_mode.name, _descriptor(batch_desc))
         try:
             with torch.inference_mode():
                 self.session.blocks.run_model(
@@ -375,11 +407,9 @@ class RealRun:
             raise Halt(errors.normalise(exc)) from exc
 
 
-def _descriptor(desc, num_tokens: int | None = None) -> dict:
-    """A ``BatchExecutionDescriptor`` in the model's ``BatchDescriptor`` JSON: ``uniform`` when it
-    is a uniform-decode graph (``uniform_token_count`` set). A NONE descriptor keys no graph and is
-    shown as the model shows it, by its token count alone."""
-    if desc.cg_mode.name == "NONE":
-        return {"num_tokens": num_tokens or desc.num_tokens, "num_reqs": None, "uniform": False}
+def _descriptor(desc, warmup: bool = False) -> dict:
+    """A ``BatchExecutionDescriptor`` in the model's JSON (no LoRA or micro-batch fields: the
+    modelled scenarios have neither); a warm-up run is the NONE run of the descriptor's shape."""
     return {"num_tokens": desc.num_tokens, "num_reqs": desc.num_reqs,
-            "uniform": desc.uniform_token_count is not None}
+            "uniform_token_count": None if warmup else desc.uniform_token_count,
+            "max_query_len": None if warmup else desc.max_query_len}
