@@ -25,13 +25,14 @@ import gc
 import inspect
 import os
 import types
+from dataclasses import dataclass, field
 
 from contract.conformance import errors, observe, platform
 from contract.conformance.mrv2 import backends, cudagraph_utils, model_runner
 from contract.conformance.observe import Call, Recorder
 from contract.conformance.vllm_config import ConfigCache, config_key
 from contract.events import Event, event_to_json
-from contract.runner import PROFILE_NUM_TOKENS
+from contract.mrv2.model_runner import PROFILE_NUM_TOKENS
 from contract.scenario import DrafterKind, Scenario
 
 MODULES = (
@@ -61,19 +62,41 @@ class CannotBuild(Exception):
     """vLLM refuses the trace's scenario at start-up; the message is one line."""
 
 
+@dataclass
 class ManagerRecorder(Recorder):
     """``observe.Recorder`` plus the manager's own graphs: a graph event outside any wrapper call
     is charged to the object whose method holds it on the Python stack (``CudaGraphManager.capture``
     or ``run_fullgraph``), when that object is a labelled manager."""
 
+    managers: dict[int, object] = field(default_factory=dict)  # id -> a labelled CudaGraphManager
+
+    def manager(self, manager: object, role: str) -> None:
+        self.managers[id(manager)] = manager
+        self.label(manager, f"{role}:{MANAGER}", MANAGER)
+
     def enter(self, wrapper: object) -> Call:
         """Capturers built while a step runs (the compiled pieces' wrappers at the first forward,
         the breakable runner inside ``capture``) are labelled when first called."""
         if id(wrapper) not in self.labels:
-            found = _capturer_label(wrapper, self.labels)
+            found = self._capturer_label(wrapper)
             if found is not None:
                 self.labels[id(wrapper)] = found
         return super().enter(wrapper)
+
+    def _capturer_label(self, wrapper: object) -> tuple[str, str] | None:
+        """A manager's breakable runner (``init_breakable_cg_runner``), or a ``CUDAGraphWrapper(PIECEWISE)``:
+        MRV2 builds those only in ``wrap_with_cudagraph_if_needed``, for a compiled model's pieces."""
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
+        from vllm.compilation.cuda_graph import CUDAGraphWrapper
+
+        if isinstance(wrapper, BreakableCUDAGraphWrapper):
+            for manager in self.managers.values():
+                if getattr(manager, BREAKABLE_RUNNER, None) is wrapper:
+                    role = self.labels[id(manager)][0].split(":")[0]
+                    return f"{role}:{BREAKABLE_RUNNER}", "BreakableCUDAGraphWrapper"
+        if isinstance(wrapper, CUDAGraphWrapper) and wrapper.runtime_mode.name == "PIECEWISE":
+            return f"target:{observe.COMPILED}", observe.COMPILED
+        return None
 
     def graph_event(self, kind, graph) -> None:
         if kind != "end" and not self.active:
@@ -88,25 +111,6 @@ class ManagerRecorder(Recorder):
                 finally:
                     self.active.pop()
         return super().graph_event(kind, graph)
-
-
-def _capturer_label(wrapper: object, labels: dict) -> tuple[str, str] | None:
-    """A manager's breakable runner (``init_breakable_cg_runner``), or a ``CUDAGraphWrapper(PIECEWISE)``:
-    MRV2 builds those only in ``wrap_with_cudagraph_if_needed``, for a compiled model's pieces."""
-    from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
-    from vllm.compilation.cuda_graph import CUDAGraphWrapper
-
-    if isinstance(wrapper, BreakableCUDAGraphWrapper):
-        for owner_id, (label, kind) in list(labels.items()):
-            owner = _MANAGERS.get(owner_id)
-            if kind == MANAGER and owner is not None and getattr(owner, BREAKABLE_RUNNER, None) is wrapper:
-                return f"{label.split(':')[0]}:{BREAKABLE_RUNNER}", "BreakableCUDAGraphWrapper"
-    if isinstance(wrapper, CUDAGraphWrapper) and wrapper.runtime_mode.name == "PIECEWISE":
-        return f"target:{observe.COMPILED}", observe.COMPILED
-    return None
-
-
-_MANAGERS: dict[int, object] = {}
 
 
 def _stack_owner(labels: dict) -> object | None:
@@ -184,6 +188,7 @@ class Session:
         type(vllm_platforms.current_platform)._global_graph_pool = None
         SimCuda.reset()
         self.recorder.labels.clear()
+        self.recorder.managers.clear()
 
     def model(self, scenario: Scenario, vllm_config):
         """One model per config-time class, compiled once by its first forward: a compile is
@@ -234,6 +239,7 @@ class RealRun:
         self.capture_phase = False
         self.context = "capture_model"
         self._capture: dict | None = None
+        self._open: dict | None = None
 
     # -- observation --------------------------------------------------------------------------
 
@@ -244,7 +250,7 @@ class RealRun:
                       "batch_descriptor": descriptor}
 
     def finish(self, error: str | None = None, keep: bool = True) -> None:
-        open_ = getattr(self, "_open", None)
+        open_ = self._open
         if open_ is None:
             return
         self._open = None
@@ -322,9 +328,7 @@ class RealRun:
             self.session.blocks.init_speculator_cudagraph_manager(self.runner, cudagraph_mode=out["cudagraph_mode"])
         except ValueError as exc:
             raise Halt(errors.resolve_rejected(exc)) from exc
-        manager = self.runner.cudagraph_manager
-        _MANAGERS[id(manager)] = manager
-        self.recorder.label(manager, f"target:{MANAGER}", MANAGER)
+        self.recorder.manager(self.runner.cudagraph_manager, "target")
 
     def on_profile_cudagraph_memory(self, event) -> None:
         """``profile_cudagraph_memory`` (``34:…/cudagraph_utils.py:988-1095``), vLLM's own, on the
