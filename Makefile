@@ -2,7 +2,7 @@
 # `make test` (the test suite, real-vLLM conformance included). Both start from nothing.
 PYTHON ?= python3
 VENV := .venv
-VLLM_VERSIONS := 0.29.0 0.30.0
+VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
 .PHONY: verify test vllm-envs gpu-conformance clean
@@ -16,11 +16,18 @@ $(VENV)/.installed: pyproject.toml ci-constraints.txt
 verify: $(VENV)/.installed
 	$(VENV)/bin/cudagraph-contract report --profile ci --out reports
 
-.venv-vllm-%/.complete: conformance-env/make-env.sh conformance-env/constraints.txt
+.venv-vllm/.complete: conformance-env/make-env.sh conformance-env/constraints.txt
+	bash conformance-env/make-env.sh base .venv-vllm
+	touch $@
+
+# One venv per release holding only its vLLM package, over .venv-vllm's torch and closure.
+.venv-vllm-%/.complete: .venv-vllm/.complete
 	bash conformance-env/make-env.sh $* .venv-vllm-$*
 	touch $@
 
-vllm-envs: $(VLLM_ENVS)
+# The releases download and unpack side by side: mostly network and disk, little CPU.
+vllm-envs: .venv-vllm/.complete
+	$(MAKE) -j4 $(VLLM_ENVS)
 
 test: $(VENV)/.installed vllm-envs
 	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup
@@ -29,4 +36,4 @@ gpu-conformance: $(VENV)/.installed
 	bash scripts/gpu-conformance.sh
 
 clean:
-	rm -rf $(VENV) .venv-vllm-* .hypothesis .pytest_cache
+	rm -rf $(VENV) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache

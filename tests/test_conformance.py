@@ -1,8 +1,10 @@
-"""The model against real vLLM 0.30.0 and 0.29.0 on CPU (``cudagraph-contract conform``).
+"""The model against real vLLM 0.30.0, 0.29.0 and 0.33.0 (Model Runner V1) on CPU (``cudagraph-contract conform``).
 
-Each release runs in its own venv (``.venv-vllm-<version>``, made by ``conformance-env/make-env.sh``)
-as a subprocess with ``PYTHONPATH`` at the repo root; all of them start together and are shared by
-the tests of this module. Without the venvs the tests skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
+Each release runs in its own venv (``.venv-vllm-<version>``, its vLLM over the shared ``.venv-vllm``,
+made by ``conformance-env/make-env.sh``) as a subprocess with ``PYTHONPATH`` at the repo root; all of
+them start together and are shared by the tests of this module. 0.33.0 replays the covering corpus
+(its MRV1 is modelled by ``vllm_0_30``, which the full corpus checks on 0.30.0). Without the venvs
+the tests skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSIONS = ("0.30.0", "0.29.0")
+VERSIONS = ("0.30.0", "0.29.0", "0.33.0")
+CORPUS = {"0.33.0": "covering"}  # the others: full
 TIMEOUT = 600
 
 pytestmark = pytest.mark.conformance
@@ -119,7 +122,8 @@ UNCONFIGURED = ["env", "-u", "VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING=0"]
 
 def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
     out = {
-        "conform": [python, "-m", "contract.cli", "conform", "--json", "--reports", reports],
+        "conform": [python, "-m", "contract.cli", "conform", "--json", "--reports", reports,
+                    "--corpus", CORPUS.get(version, "full")],
         "modes": [python, "-m", "contract.conformance.modes_table"],
     }
     if version == VERSIONS[0]:
@@ -181,10 +185,13 @@ def test_every_step_agrees_with_real_vllm(jobs, version):
     assert out.strip(), err[-2000:]
     data = json.loads(out)
     assert data["vllm"] == version
-    assert data["policy"] == ("vllm_0_30" if version == "0.30.0" else "vllm_0_29")
-    assert data["load_model_block"]["revision"] == version
-    assert data["generated_traces"] > 4000 and data["trace_files"] >= 8
-    assert data["steps"] > 50000
+    assert data["policy"] == ("vllm_0_29" if version == "0.29.0" else "vllm_0_30")
+    assert data["load_model_block"]["revision"] == ("0.30.0" if version == "0.33.0" else version)
+    assert data["trace_files"] >= 8
+    if version in CORPUS:
+        assert data["generated_traces"] > 100 and data["steps"] > 2000
+    else:
+        assert data["generated_traces"] > 4000 and data["steps"] > 50000
     assert data["agreeing_steps"] == data["steps"], json.dumps(data["disagreements"], indent=1)[:4000]
     assert rc == 0
 
@@ -194,7 +201,7 @@ def test_counterexamples_against_the_release_are_confirmed(jobs, version):
     rc, out, err, reports = jobs("conform", version)
     report = json.loads((reports / "conformance" / f"vllm-{version}.json").read_text())
     names = {f["name"]: f["outcome"] for f in report["findings"]}
-    expected = {"lead1", "lead2", "lead3"} if version == "0.30.0" else {"v029"}
+    expected = {"v029"} if version == "0.29.0" else {"lead1", "lead2", "lead3"}
     assert {n.split("-")[0] for n in names} >= expected
     assert set(names.values()) == {"confirmed"}
     assert (reports / "findings.md").read_text().count("**confirmed**") == len(names)
@@ -298,8 +305,12 @@ def test_missing_vllm():
 
 
 def test_a_vllm_without_model_runner_v1(tmp_path):
-    line = one_error_line(conform_here(site=fake_vllm(tmp_path, "0.34.0")))
-    assert "0.34.0" in line and "Model Runner V1" in line
+    line = one_error_line(conform_here("--runner", "mrv1", site=fake_vllm(tmp_path, "0.34.0")))
+    assert "0.34.0" in line and "Model Runner V1" in line and "--runner mrv2" in line
+
+
+def test_an_unknown_runner():
+    assert "--runner must be one of auto, mrv1, mrv2" in one_error_line(conform_here("--runner", "v3"))
 
 
 def test_a_version_without_venv():

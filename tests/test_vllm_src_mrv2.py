@@ -3,8 +3,8 @@ recognised from ``CudaGraphManager.__init__`` and the tree's own ``use_breakable
 ``piecewise_capture_available`` expressions are what the model runs.
 
 The synthetic trees hold only those two statements, written here in vLLM's layout; the released
-0.34.0 tree is the installed ``.venv-vllm-0.34.0`` (skipped without it, failed under
-``CONTRACT_REQUIRE_VLLM=1``)."""
+0.34.0 tree is ``.venv-vllm-0.34.0``'s or the ``vllm/`` that ``CONTRACT_VLLM_0_34_SRC`` names (skipped
+without either, failed under ``CONTRACT_REQUIRE_VLLM=1``)."""
 
 import os
 import shutil
@@ -78,16 +78,17 @@ def test_expression_reading_an_unmodelled_name_is_refused(tmp_path):
 
 
 def released_0_34() -> Path:
-    """The installed 0.34.0 package (``.venv-vllm-0.34.0``, made by ``make test``), or the ``vllm/``
-    of an unpacked wheel named by ``CONTRACT_VLLM_0_34_SRC``."""
-    src = os.environ.get("CONTRACT_VLLM_0_34_SRC")
-    found = [Path(src)] if src else sorted((ROOT / ".venv-vllm-0.34.0" / "lib").glob("python3*/site-packages/vllm"))
-    if found and (found[0] / mrv2_branch.MANAGER_FILE).is_file():
-        return found[0]
-    message = ".venv-vllm-0.34.0 is missing (or set CONTRACT_VLLM_0_34_SRC to an unpacked 0.34.0 wheel's vllm/)"
+    """``CONTRACT_VLLM_0_34_SRC``, else the unpacked wheel in ``.venv-vllm-0.34.0`` (``make test`` makes it)."""
+    root = Path(__file__).resolve().parents[1]
+    found = [os.environ.get("CONTRACT_VLLM_0_34_SRC") or ""]
+    found += [str(p) for p in sorted((root / ".venv-vllm-0.34.0" / "lib").glob("python3*/site-packages/vllm"))]
+    for src in found:
+        if src and (Path(src) / mrv2_branch.MANAGER_FILE).is_file():
+            return Path(src)
     if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
+        pytest.fail("no vLLM 0.34.0 tree: make .venv-vllm-0.34.0 (conformance-env/make-env.sh 0.34.0 "
+                    ".venv-vllm-0.34.0) or set CONTRACT_VLLM_0_34_SRC to its vllm/")
+    pytest.skip("no vLLM 0.34.0 tree (.venv-vllm-0.34.0 or CONTRACT_VLLM_0_34_SRC)")
 
 
 def test_released_0_34_tree_verifies(tmp_path):

@@ -17,6 +17,7 @@ import typer
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPORA = ("full", "covering", "none")
+RUNNERS = ("auto", "mrv1", "mrv2")
 
 
 def _fail(message: str) -> None:
@@ -28,19 +29,25 @@ def _fail(message: str) -> None:
 
 def _delegate(vllm: str, argv: list[str]) -> None:
     """Re-run this command under another interpreter: ``.venv-vllm-VERSION`` or a venv/python path."""
+    from contract.conformance.installed import environment
+
     target = Path(vllm)
     if target.is_dir():
         python = target / "bin" / "python"
     elif target.is_file():
         python = target
     else:
-        python = ROOT / f".venv-vllm-{vllm}" / "bin" / "python"
+        python = environment(ROOT, vllm)
         if not python.exists():
             _fail(f"no environment for vLLM {vllm}: {python.parent.parent} does not exist "
                   f"(make it with conformance-env/make-env.sh {vllm} {python.parent.parent})")
     if not python.exists():
         _fail(f"--vllm {vllm}: no Python interpreter at {python}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    _run_under(python, [str(ROOT)], argv)
+
+
+def _run_under(python: Path, path: list[str], argv: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
     args = [str(python), "-m", "contract.cli", "conform", "--vllm", "auto", *argv]
     try:
         code = subprocess.run(args, env=env).returncode
@@ -49,8 +56,34 @@ def _delegate(vllm: str, argv: list[str]) -> None:
     raise typer.Exit(code)
 
 
-def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim", trust=False, verbose=False) -> list[str]:
-    argv = ["--device", device]
+def _delegate_source(vllm_src: Path, argv: list[str]) -> None:
+    """Re-run under ``.venv-vllm`` (torch and the closure, no vLLM) with the tree first on ``sys.path``,
+    so every replayed line is the tree's own; refuse, in one line, a tree that is no vLLM or does
+    not import with the pinned closure."""
+    from contract.conformance.installed import shared_environment
+
+    package = vllm_src / "vllm" if (vllm_src / "vllm" / "__init__.py").is_file() else vllm_src
+    if not (package / "__init__.py").is_file() or package.name != "vllm":
+        _fail(f"--vllm-src {vllm_src}: no vllm/ package there; pass a vLLM checkout or its vllm/ folder")
+    if not any((package / "v1" / "worker" / rel).is_file() for rel in ("gpu_model_runner.py", "gpu/model_runner.py")):
+        _fail(f"--vllm-src {vllm_src}: neither Model Runner V1 (vllm/v1/worker/gpu_model_runner.py) nor V2 "
+              "(vllm/v1/worker/gpu/model_runner.py) is in this tree")
+    python = shared_environment(ROOT)
+    if not python.exists():
+        _fail(f"--vllm-src needs the shared environment {python.parent.parent} (make it with "
+              f"conformance-env/make-env.sh base {python.parent.parent})")
+    tree = str(package.resolve().parent)
+    probe = subprocess.run([str(python), "-c", "import vllm.config, vllm.forward_context"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=tree, VLLM_LOGGING_LEVEL="ERROR"))
+    if probe.returncode != 0:
+        lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
+        _fail(f"--vllm-src {vllm_src} does not import with the pinned closure: {lines[-1] if lines else 'exit status ' + str(probe.returncode)}")
+    _run_under(python, [tree, str(ROOT)], argv)
+
+
+def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim", runner="auto", policy=None,
+                    trust=False, verbose=False) -> list[str]:
+    argv = ["--device", device, "--runner", runner] + (["--policy", policy] if policy else [])
     for t in traces or []:
         argv += ["--traces", str(Path(t).resolve())]
     argv += ["--corpus", corpus, "--reports", str(Path(reports).resolve())]
@@ -148,19 +181,24 @@ def conform(
     trust_policy_files: bool = typer.Option(False, "--trust-policy-files", help="Take traces that name a policy "
                                             "file (the comparison runs the installed release's policy, never the file)."),
     verbose: bool = typer.Option(False, "--verbose", help="Show vLLM's own log lines (default: errors only)."),
-    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree: replay the corpus on it "
-                                            "(on top of the --base release) and on the release, and report the "
+    runner: str = typer.Option("auto", "--runner", help="mrv1 or mrv2: which model runner to replay. auto: "
+                               "Model Runner V1 where the release has one (to 0.33), else V2."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM checkout (or its vllm/ folder): "
+                                            "replay on the tree's own code over the shared closure (.venv-vllm); "
+                                            "with --base, replay on the tree and on the release and report the "
                                             "violation classes vLLM's own code shows new, fixed and inherited."),
     base: Optional[str] = typer.Option(None, "--base", help="With --vllm-src: the release it starts from "
                                        "(0.30.0; .venv-vllm-VERSION must exist), or auto (the tree's version)."),
+    policy_name: Optional[str] = typer.Option(None, "--policy", help="Compare with this built-in policy instead "
+                                              "of the one modelling the release (a negative control)."),
 ) -> None:
     """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
 
     Example: [bold]cudagraph-contract conform --vllm 0.30.0[/] ·
     [bold]cudagraph-contract conform --vllm-src ~/src/vllm --base 0.30.0[/]
     """
-    if vllm_src is not None:
-        _branch_conform(vllm_src, base or "auto", traces, as_json)
+    if vllm_src is not None and base is not None:
+        _branch_conform(vllm_src, base, traces, as_json)
     if base is not None:
         _fail("--base needs --vllm-src (the branch to compare with the release)")
     if corpus not in CORPORA:
@@ -169,14 +207,20 @@ def conform(
 
     if device not in device_mod.DEVICES:
         _fail(f"--device must be one of {', '.join(device_mod.DEVICES)}, got {device!r}")
+    if runner not in RUNNERS:
+        _fail(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
     from contract.output import OutputError, check_folder
 
     try:
         check_folder(Path(reports), "--reports")
     except OutputError as exc:
         _fail(str(exc))
+    forwarded = _forwarded_args(traces, corpus, reports, as_json, device, runner, policy_name,
+                                trust_policy_files, verbose)
+    if vllm_src is not None:
+        _delegate_source(vllm_src, forwarded)
     if vllm != "auto":
-        _delegate(vllm, _forwarded_args(traces, corpus, reports, as_json, device, trust_policy_files, verbose))
+        _delegate(vllm, forwarded)
     from contract.conformance import logs
 
     try:
@@ -191,15 +235,18 @@ def conform(
         from contract.conformance import simcuda
 
         simcuda.DEVICE = "cuda"
-    from contract.conformance.installed import EnvironmentProblem, installed_version, policy_for
+    from contract.conformance.installed import MRV2, EnvironmentProblem, installed_version, policy_for, runner_for
     from contract.policy import PolicyError, check_trusted, load_policy
     from contract.trace import TraceError, load
 
     try:
         version = installed_version()
-        policy = load_policy(policy_for(version))
-    except EnvironmentProblem as exc:
+        runner = runner_for(version, runner)
+        policy = load_policy(policy_name or policy_for(version, runner))
+    except (EnvironmentProblem, PolicyError) as exc:
         _fail(str(exc))
+    if (policy.runner.value.lower() != runner):
+        _fail(f"--policy {policy.name} models {policy.runner.value}, not the {runner.upper()} replay")
     files = []
     for path in _trace_paths(traces):
         try:
@@ -210,7 +257,10 @@ def conform(
             files.append((trace, str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)))
         except (TraceError, PolicyError) as exc:
             _fail(str(exc))
-    from contract.conformance import conform as conformance
+    if runner == MRV2:
+        from contract.conformance.mrv2 import conform as conformance
+    else:
+        from contract.conformance import conform as conformance
 
     try:
         run = conformance.run(version, policy, files, corpus if not traces else "none")
@@ -234,9 +284,12 @@ def conform(
                                      "disagreements": [r.to_json() for r in run.disagreeing]}, indent=1) + "\n")
     else:
         block = run.block
-        typer.echo(f"vLLM {version}: compared with policy {policy.name}; load_model block {block['where']}: "
-                   + (f"known revision {block['revision']}" if block["revision"]
-                      else f"UNKNOWN revision (sha256 {block['digest'][:16]}), compared by version only"))
+        if runner == MRV2:
+            typer.echo(f"vLLM {version} (Model Runner V2): compared with policy {policy.name}; blocks run from {block['where']}")
+        else:
+            typer.echo(f"vLLM {version}: compared with policy {policy.name}; load_model block {block['where']}: "
+                       + (f"known revision {block['revision']}" if block["revision"]
+                          else f"UNKNOWN revision (sha256 {block['digest'][:16]}), compared by version only"))
         typer.echo(f"traces: {summary['trace_files']} files ({summary['not_replayed_mrv2']} MRV2 and "
                    f"{summary['not_replayed_other']} others not replayed), {summary['generated_traces']} generated")
         pct = f" ({100 * summary['agreement']:.2f}%)" if summary["steps"] else ""

@@ -13,11 +13,12 @@ from itertools import zip_longest
 from contract.events import describe_event
 from contract.policy import Policy
 from contract.properties import check
-from contract.runner import Run
+from contract.engine import Run
 from contract.scenario import Runner
 from contract.trace import Trace, TraceError
 
 NOT_REPLAYED_MRV2 = "not replayed (MRV2)"
+NOT_REPLAYED_MRV1 = "not replayed (MRV1)"
 NOT_REPLAYED_ORDER = "not replayed (its start-up order cannot happen under {policy})"
 
 
@@ -75,10 +76,11 @@ def predict(trace: Trace, policy: Policy) -> tuple[list[dict], list[dict], str]:
     return steps, violations, ""
 
 
-def compare(session, trace: Trace, policy: Policy, source: str) -> TraceResult:
+def compare(session, trace: Trace, policy: Policy, source: str, runner: Runner = Runner.MRV1) -> TraceResult:
+    """``session`` replays traces of ``runner`` (``replay.Session``: MRV1, ``mrv2.replay.Session``: MRV2)."""
     result = TraceResult(trace.name or source, source, trace.policy, "replayed")
-    if trace.scenario.runner is not Runner.MRV1:
-        result.status = NOT_REPLAYED_MRV2
+    if trace.scenario.runner is not runner:
+        result.status = NOT_REPLAYED_MRV2 if runner is Runner.MRV1 else NOT_REPLAYED_MRV1
         return result
     try:
         predicted, result.violations, result.note = predict(trace, policy)

@@ -33,7 +33,7 @@ from contract.events import (
 )
 from contract.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.policy import Policy
-from contract.runner import Run
+from contract.engine import Run
 from contract.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Runner, Scenario, SplittingOps
 from contract.trace import SCHEMA, Trace, record
 

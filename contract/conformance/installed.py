@@ -1,18 +1,54 @@
-"""Which vLLM is installed, and which built-in policy models it.
+"""Which vLLM is installed, where each release's environment is, and which built-in policy models it.
 
-Read from the distribution metadata, so asking does not import vLLM.
+Environments (``conformance-env/make-env.sh``): ``.venv-vllm`` holds torch and the pinned import
+closure once; ``.venv-vllm-VERSION`` holds only that release's vLLM package and appends
+``.venv-vllm``'s site-packages to ``sys.path``. A branch checkout runs on ``.venv-vllm`` with its
+tree first on ``PYTHONPATH``. The version is read without importing vLLM: from the ``vllm``
+package found on ``sys.path`` (its ``_version.py``, as in a wheel or a built checkout), else from
+the distribution metadata.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+import re
+from pathlib import Path
+
+SHARED = ".venv-vllm"
+MRV1, MRV2 = "mrv1", "mrv2"
 
 
 class EnvironmentProblem(Exception):
     """No usable vLLM for a conformance run; the message names the problem in one line."""
 
 
+def environment(root: Path, version: str) -> Path:
+    """The interpreter of a release's environment (it may not exist)."""
+    return root / f"{SHARED}-{version}" / "bin" / "python"
+
+
+def shared_environment(root: Path) -> Path:
+    """The interpreter with torch and the closure but no vLLM, for a tree put first on ``sys.path``."""
+    return root / SHARED / "bin" / "python"
+
+
+def source_version(package: Path) -> str | None:
+    """``__version__`` as written in ``vllm/_version.py``, or None."""
+    path = package / "_version.py"
+    if not path.is_file():
+        return None
+    found = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", path.read_text(encoding="utf-8"),
+                      re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def installed_version() -> str:
+    spec = importlib.util.find_spec("vllm")
+    if spec is not None and spec.submodule_search_locations:
+        version = source_version(Path(list(spec.submodule_search_locations)[0]))
+        if version:
+            return version
     try:
         return importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
@@ -30,13 +66,34 @@ def _release(version: str) -> tuple[int, int]:
         raise EnvironmentProblem(f"cannot read the vLLM version {version!r}") from None
 
 
-def policy_for(version: str) -> str:
-    """0.29.x and earlier: ``vllm_0_29``; 0.30 to 0.33: ``vllm_0_30``; 0.34 on: no MRV1 runner."""
+def runner_for(version: str, runner: str = "auto") -> str:
+    """``auto``: Model Runner V1 where the release has one (to 0.33), else V2 (0.34 on)."""
     release = _release(version)
+    if runner == "auto":
+        return MRV2 if release >= (0, 34) else MRV1
+    if runner == MRV1 and release >= (0, 34):
+        raise EnvironmentProblem(
+            f"vLLM {version} has no Model Runner V1 (GPUModelRunner was removed in 0.34); "
+            "replay it with --runner mrv2"
+        )
+    if runner == MRV2 and release < (0, 33):
+        raise EnvironmentProblem(f"the Model Runner V2 replay covers vLLM 0.33 and later, not {version}")
+    return runner
+
+
+def policy_for(version: str, runner: str = MRV1) -> str:
+    """MRV1: 0.29.x and earlier ``vllm_0_29``, 0.30 to 0.33 ``vllm_0_30``. MRV2: the release's own
+    reading, ``mrv2_0_33`` or ``mrv2_0_34``, where the project has it, else ``mrv2``."""
+    release = _release(version)
+    if runner == MRV2:
+        from contract.policy import BUILT_IN
+
+        name = "mrv2_0_33" if release < (0, 34) else "mrv2_0_34"
+        return name if name in BUILT_IN else "mrv2"
     if release >= (0, 34):
         raise EnvironmentProblem(
             f"vLLM {version} has no Model Runner V1 (GPUModelRunner was removed in 0.34); "
-            "the conformance replay covers 0.29 to 0.33"
+            "replay it with --runner mrv2"
         )
     if release >= (0, 30):
         return "vllm_0_30"

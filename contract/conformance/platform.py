@@ -84,11 +84,13 @@ def _platform_class():
     return SimCudaPlatform, PlatformEnum
 
 
-def activate():
-    """Install the platform, import vLLM's modules, switch to CUDA; idempotent. Returns the platform."""
+def activate(modules: tuple[str, ...] = MODULES):
+    """Install the platform, import ``modules`` (MRV1's by default), switch to CUDA; idempotent.
+    Returns the platform."""
     global _ACTIVE
     if _ACTIVE is not None:
         return _ACTIVE
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"  # no vllm._C: the simulated platform stands for CUDA
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries --json
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -100,7 +102,7 @@ def activate():
     cls, enum = _platform_class()
     platform = cls()
     vllm_platforms.current_platform = platform
-    for name in MODULES:
+    for name in modules:
         importlib.import_module(name)
     cls._enum = enum.CUDA
     stale = [

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import types
 
 from contract.conformance import compiled, device, errors, observe, platform, wrapping
@@ -50,6 +51,8 @@ class Session:
     """Once per process: platform, simulated CUDA, spies, config cache, the wrapping block."""
 
     def __init__(self) -> None:
+        # Explicit: where Triton is importable, 0.33 picks Model Runner V2 by default (config/vllm.py:730-767).
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
         platform.activate()
         import vllm
         from vllm.v1.worker import gpu_model_runner

@@ -221,9 +221,10 @@ def markdown(run: ConformanceRun) -> str:
 
 def write(run: ConformanceRun, reports: Path) -> Path:
     folder = reports / "conformance"
-    md = folder / f"vllm-{run.version}.md"
+    name = f"vllm-{run.version}" + ("-mrv2" if run.block.get("runner") == "MRV2" else "")
+    md = folder / f"{name}.md"
     write_atomic(md, markdown(run))
-    write_atomic(folder / f"vllm-{run.version}.json", json.dumps(run.to_json(), indent=1) + "\n")
+    write_atomic(folder / f"{name}.json", json.dumps(run.to_json(), indent=1) + "\n")
     write_atomic(reports / "findings.md", findings_markdown(folder))
     return md
 

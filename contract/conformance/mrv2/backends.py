@@ -1,0 +1,118 @@
+"""The model MRV2 runs, compiled at its first forward by real Dynamo through vLLM's ``VllmBackend``.
+
+``TinyCompiledModel`` is ``TinyModel`` decorated with vLLM's ``@support_torch_compile`` (a scenario's
+``model_compiled``; ``TinyModel`` itself stands for an undecorated class): its constructor decides
+``do_not_compile`` from the config (``compilation/decorators.py``), so ``has_compiled_submodule``
+(``v1/worker/gpu/cudagraph_utils.py:145-151`` in 0.34.0) answers about a real compiled class, and
+its first call runs ``torch.compile`` with ``VllmBackend``, whose ``PiecewiseCompileInterpreter``
+calls ``wrap_with_cudagraph_if_needed`` per piece under the mode in force at that moment
+(``compilation/backends.py:682-686``, call at ``:793``). Pieces are compiled with the ``eager``
+backend (no Inductor, no C++ toolchain) and with every ``pass_config`` switch off, since the fusion
+passes need CUDA kernels that do not exist on CPU (``compilation/passes/pass_manager.py``).
+
+The forward is two compute pieces around an attention stand-in, ``simcg::attention``, which writes
+into a caller-provided buffer and is decorated with ``eager_break_during_capture`` like
+``unified_attention_with_output``; it is added to ``splitting_ops`` exactly when vLLM's config says
+the splitting ops hold the attention ops, so the graph splits where vLLM would split a real model.
+``simcg::compute`` runs a compute piece and tells the replay, so an eager run is seen even inside
+a compiled graph (custom ops are opaque to Dynamo and run at every call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+ATTENTION_OP = "simcg::attention"
+MODEL_LABEL = "model"  # the target's raw model, as the model names it
+HIDDEN_SIZE = 8
+VOCAB_SIZE = 16
+
+_on_compute: list[Callable[[], None]] = []
+_attention: list[Callable] = []
+
+
+@torch.library.custom_op("simcg::compute", mutates_args=())
+def compute(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    for listener in _on_compute:
+        listener()
+    return x @ weight + 1
+
+
+@compute.register_fake
+def _(x, weight):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op(ATTENTION_OP, mutates_args=("output",))
+def attention(query: torch.Tensor, output: torch.Tensor) -> None:
+    _attention[0](query, output)
+
+
+@attention.register_fake
+def _(query, output):
+    return None
+
+
+def install(on_compute: Callable[[], None]) -> None:
+    """Once per process, after vLLM is imported: route compute notices, decorate the op's kernel."""
+    from vllm.compilation.breakable_cudagraph import eager_break_during_capture
+
+    from models.tiny import attention as kernel
+
+    _on_compute[:] = [on_compute]
+    _attention[:] = [eager_break_during_capture(kernel)]
+
+
+def configure(vllm_config) -> None:
+    """What a CPU compile needs of ``compilation_config``; none of it touches CUDA-graph decisions."""
+    cc = vllm_config.compilation_config
+    cc.backend = "eager"
+    for name, value in vars(cc.pass_config).items():
+        if isinstance(value, bool):
+            setattr(cc.pass_config, name, False)
+    if cc.splitting_ops_contain_attention() and ATTENTION_OP not in cc.splitting_ops:
+        cc.splitting_ops = [*cc.splitting_ops, ATTENTION_OP]
+
+
+class TinyModel(torch.nn.Module):
+    """A model class without ``@support_torch_compile`` (``model_compiled`` false): it never compiles."""
+
+    def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB_SIZE, HIDDEN_SIZE)
+        self.weight = torch.nn.Parameter(torch.eye(HIDDEN_SIZE) * 0.5, requires_grad=False)
+        max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+        self.register_buffer("attn_output", torch.zeros(max_tokens, HIDDEN_SIZE), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                intermediate_tensors=None, inputs_embeds=None) -> torch.Tensor:
+        h = torch.ops.simcg.compute(self.embed(input_ids), self.weight)
+        out = self.attn_output[: h.shape[0]]
+        torch.ops.simcg.attention(h, out)
+        return torch.ops.simcg.compute(out, self.weight) * 2
+
+
+_COMPILED_CLASS = None
+
+
+def compiled_class():
+    """``TinyModel`` under vLLM's ``@support_torch_compile`` (decorated once per process)."""
+    global _COMPILED_CLASS
+    if _COMPILED_CLASS is None:
+        from vllm.compilation.decorators import support_torch_compile
+
+        class TinyCompiledModel(TinyModel):
+            pass
+
+        _COMPILED_CLASS = support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": 0})(TinyCompiledModel)
+    return _COMPILED_CLASS
+
+
+def build(vllm_config, decorated: bool = True, prefix: str = "model"):
+    from vllm.config import set_current_vllm_config
+
+    cls = compiled_class() if decorated else TinyModel
+    with set_current_vllm_config(vllm_config):
+        return cls(vllm_config=vllm_config, prefix=prefix)

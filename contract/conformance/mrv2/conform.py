@@ -1,0 +1,101 @@
+"""One Model Runner V2 conformance run: start vLLM's MRV2 code, replay the corpus, collect results.
+
+The generated corpus is every MRV2 scenario without a speculator (``scenario.all_scenarios(Runner.MRV2)``,
+with ``model_compiled`` both ways) under the
+MRV1 corpus's event script, as far as the model's runner takes it; ``covering`` keeps one trace
+per new observation cell (``corpus.select``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from collections.abc import Iterator
+
+from contract.conformance import corpus as corpus_mod
+from contract.conformance.compare import TraceResult, compare, predict
+from contract.conformance.conform import ReplayProblem, _first_line
+from contract.conformance.report import ConformanceRun, finding
+from contract.policy import Policy
+from contract.scenario import DrafterKind, Runner, all_scenarios
+from contract.trace import Trace, TraceError, record
+
+NOT_REPLAYED_SPECULATOR = "not replayed (MRV2 speculator)"
+
+
+def scenarios() -> Iterator:
+    """MRV2 scenarios without a speculator (the replay drives no speculator yet), each with a
+    compiled-class model and with an undecorated one (``model_compiled``)."""
+    for s in all_scenarios(Runner.MRV2):
+        if s.drafter is DrafterKind.NONE:
+            yield s
+            yield replace(s, model_compiled=False)
+
+
+def generated(policy: Policy) -> Iterator[Trace]:
+    for i, scenario in enumerate(scenarios()):
+        events = corpus_mod.runnable_events(scenario, policy)
+        yield record(scenario, policy, events, name=f"mrv2-covering-{i:04d}", origin={"engine": "conformance-corpus"})
+
+
+def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: str) -> ConformanceRun:
+    replayable = []
+    for trace, source in files:
+        if trace.scenario.runner is not Runner.MRV2:
+            replayable.append((trace, source))
+            continue
+        if trace.scenario.drafter is not DrafterKind.NONE:
+            replayable.append((trace, source))
+            continue
+        try:
+            predict(trace, policy)
+        except TraceError as exc:
+            if trace.policy == policy.name:
+                raise ReplayProblem(f"trace {source}: {exc}") from None
+        replayable.append((trace, source))
+    from contract.conformance.mrv2.replay import Session
+
+    try:
+        session = Session()
+    except Exception as exc:  # noqa: BLE001 - any failure to start is an environment problem
+        raise ReplayProblem(f"vLLM {version}'s MRV2 code does not start on this machine: {_first_line(exc)}") from None
+    out = ConformanceRun(
+        version=session.version, policy=policy.name,
+        block={"where": ", ".join(f"{k} {v}" for k, v in session.blocks.where().items()),
+               "digest": "", "revision": None, "policy": None, "runner": "MRV2",
+               "blocks": session.blocks.where(), "digests": session.blocks.digests()},
+        corpus=corpus,
+    )
+    for trace, source in replayable:
+        result = _compare(session, trace, policy, source)
+        out.results.append(result)
+        if trace.policy == policy.name and result.violations:
+            out.findings.append(finding(result, policy.name, result.violations))
+    if corpus != "none":
+        traces = generated(policy)
+        if corpus == "covering":
+            traces = iter(corpus_mod.select(traces))
+        counts: Counter = Counter()
+        for trace in traces:
+            result = _compare(session, trace, policy, trace.name)
+            out.generated["traces"] += 1
+            out.generated["steps"] += result.steps
+            out.generated["agreeing"] += result.agreeing
+            counts.update({v["property"] for v in result.violations})
+            if result.diffs:
+                out.generated_diffs.append(result)
+        out.generated["violations"] = dict(sorted(counts.items()))
+    return out
+
+
+def _compare(session, trace: Trace, policy: Policy, source: str):
+    from contract.conformance.mrv2.replay import CannotBuild
+
+    if trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is not DrafterKind.NONE:
+        return TraceResult(trace.name or source, source, trace.policy, NOT_REPLAYED_SPECULATOR)
+    try:
+        return compare(session, trace, policy, source, Runner.MRV2)
+    except (CannotBuild, TraceError) as exc:
+        raise ReplayProblem(f"trace {source}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the adapter could not drive vLLM's code for this trace
+        raise ReplayProblem(f"trace {source}: vLLM's MRV2 code could not be run on it: {_first_line(exc)}") from None

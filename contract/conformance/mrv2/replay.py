@@ -1,0 +1,419 @@
+"""A Model Runner V2 trace on vLLM's real code (0.33 / 0.34), observed in the model's format.
+
+The worker's order (``v1/worker/gpu_worker.py``): ``load_model``, ``profile_run`` (the model's
+first forward: real Dynamo compiles through ``VllmBackend`` under the mode as post-init left it),
+``initialize_kv_cache`` (resolve and a new ``ModelCudaGraphManager``), ``capture_model``, then
+``execute_model`` steps. What is vLLM's own: ``VllmConfig.__post_init__``, the ``@support_torch_compile``
+decision and Dynamo compile, ``has_compiled_submodule``, adaptive verification's rewrite, resolve,
+``ModelCudaGraphManager`` (candidates, capture loop, ``dispatch``, ``run_fullgraph``,
+``run_pw_graph``, the breakable runner), ``dispatch_cg_and_sync_dp`` (one DP rank), the
+``execute_model`` dispatch statement and "Run model" branch, ``capture_model`` entire, and the
+wrappers' gating, capture and replay. The harness writes the scheduler's side of a step (request
+and token counts) and the stand-ins listed in ``model_runner.py``.
+
+A step's event maps to the real inputs as the model reads it (``contract/mrv2/model_runner.py``,
+``_batch``): ``execute_model(n, uniform_decode)`` is ``n/q`` requests of ``q`` tokens each
+(``uniform_tok_count = max_query_len = q``), or else ``min(n, max_num_seqs)`` requests, one longer
+than ``q`` (``uniform_tok_count = None``, ``max_query_len = q + 1``); ``force_eager`` is
+``need_eager`` (``is_profile``). ``profile_run`` dispatches the model's ``PROFILE_NUM_TOKENS`` over
+``max_num_seqs`` requests: any count is NONE there.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import os
+import types
+from dataclasses import dataclass, field
+
+from contract.conformance import errors, observe, platform
+from contract.conformance.mrv2 import backends, cudagraph_utils, model_runner
+from contract.conformance.observe import Call, Recorder
+from contract.conformance.vllm_config import ConfigCache, config_key
+from contract.events import Event, event_to_json
+from contract.mrv2.model_runner import PROFILE_NUM_TOKENS
+from contract.scenario import DrafterKind, Scenario
+
+MODULES = (
+    "vllm.envs",
+    "vllm.config",
+    "vllm.forward_context",
+    "vllm.compilation.monitor",
+    "vllm.compilation.cuda_graph",
+    "vllm.compilation.breakable_cudagraph",
+    "vllm.compilation.backends",
+    "vllm.compilation.decorators",
+    "vllm.model_executor.offloader.base",
+    "vllm.v1.attention.backend",
+    "vllm.v1.worker.gpu.cudagraph_utils",
+    "vllm.v1.worker.gpu.dp_utils",
+    "vllm.v1.worker.gpu.model_runner",
+)
+MANAGER = "CudaGraphManager"
+BREAKABLE_RUNNER = "breakable_cg_runner"
+
+
+class Halt(Exception):
+    """vLLM stopped: the text is the model's ``halted`` form."""
+
+
+class CannotBuild(Exception):
+    """vLLM refuses the trace's scenario at start-up; the message is one line."""
+
+
+@dataclass
+class ManagerRecorder(Recorder):
+    """``observe.Recorder`` plus the manager's own graphs: a graph event outside any wrapper call
+    is charged to the object whose method holds it on the Python stack (``CudaGraphManager.capture``
+    or ``run_fullgraph``), when that object is a labelled manager."""
+
+    managers: dict[int, object] = field(default_factory=dict)  # id -> a labelled CudaGraphManager
+
+    def manager(self, manager: object, role: str) -> None:
+        self.managers[id(manager)] = manager
+        self.label(manager, f"{role}:{MANAGER}", MANAGER)
+
+    def enter(self, wrapper: object) -> Call:
+        """Capturers built while a step runs (the compiled pieces' wrappers at the first forward,
+        the breakable runner inside ``capture``) are labelled when first called."""
+        if id(wrapper) not in self.labels:
+            found = self._capturer_label(wrapper)
+            if found is not None:
+                self.labels[id(wrapper)] = found
+        return super().enter(wrapper)
+
+    def _capturer_label(self, wrapper: object) -> tuple[str, str] | None:
+        """A manager's breakable runner (``init_breakable_cg_runner``), or a ``CUDAGraphWrapper(PIECEWISE)``:
+        MRV2 builds those only in ``wrap_with_cudagraph_if_needed``, for a compiled model's pieces."""
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
+        from vllm.compilation.cuda_graph import CUDAGraphWrapper
+
+        if isinstance(wrapper, BreakableCUDAGraphWrapper):
+            for manager in self.managers.values():
+                if getattr(manager, BREAKABLE_RUNNER, None) is wrapper:
+                    role = self.labels[id(manager)][0].split(":")[0]
+                    return f"{role}:{BREAKABLE_RUNNER}", "BreakableCUDAGraphWrapper"
+        if isinstance(wrapper, CUDAGraphWrapper) and wrapper.runtime_mode.name == "PIECEWISE":
+            return f"target:{observe.COMPILED}", observe.COMPILED
+        return None
+
+    def graph_event(self, kind, graph) -> None:
+        if kind != "end" and not self.active:
+            owner = _stack_owner(self.labels)
+            if owner is not None:
+                label, kind_name = self.labels[id(owner)]
+                call = Call(label, kind_name)
+                self.calls.append(call)
+                self.active.append(call)
+                try:
+                    return super().graph_event(kind, graph)
+                finally:
+                    self.active.pop()
+        return super().graph_event(kind, graph)
+
+
+def _stack_owner(labels: dict) -> object | None:
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and id(owner) in labels and labels[id(owner)][1] == MANAGER:
+            return owner
+        frame = frame.f_back
+    return None
+
+
+class Session:
+    """Once per process: platform, simulated CUDA, spies, config cache, the runner's blocks."""
+
+    def __init__(self) -> None:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+        os.environ.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
+        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+        # vLLM's opt-out of freezing gc around capture (utils/gc_utils.py): its exit unfreezes and
+        # collects the whole heap, which the session keeps frozen so that the collections vLLM runs
+        # per capture stay cheap. No graph decision reads it.
+        os.environ["VLLM_ENABLE_CUDAGRAPH_GC"] = "1"
+        platform.activate(MODULES)
+        import vllm
+        import vllm.v1.worker.gpu.cudagraph_utils as cg_utils
+        import vllm.v1.worker.gpu.model_runner as gpu_model_runner
+
+        from contract.conformance import simcuda
+
+        self.version = vllm.__version__
+        self.device = simcuda.DEVICE
+        self.gpu_model_runner = gpu_model_runner
+        self.cudagraph_utils = cg_utils
+        self.blocks = model_runner.load(gpu_model_runner)
+        self.configs = ConfigCache()
+        self.recorder = ManagerRecorder()
+        self._install_observers()
+        self._models: dict[tuple, object] = {}
+        self.run: RealRun | None = None
+        gc.collect()
+        gc.freeze()
+
+    def _install_observers(self) -> None:
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
+        from vllm.compilation.cuda_graph import CUDAGraphWrapper
+
+        from contract.conformance.simcuda import SimCuda
+
+        for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper):
+            if not hasattr(cls.__call__, "__wrapped__"):
+                cls.__call__ = observe._spy(cls.__call__)
+        observe.RECORDER = self.recorder
+        SimCuda.listener = self.recorder.graph_event
+        backends.install(self.recorder.compute_ran)
+        cudagraph_utils.install(self.cudagraph_utils, self._capture_listener)
+        self.gpu_model_runner.lock_workspace = lambda: None  # locks a GPU workspace buffer after capture
+
+    def _capture_listener(self, kind, manager, desc) -> None:
+        if self.run is not None:
+            self.run.capture_event(kind, manager, desc)
+
+    def reset(self) -> None:
+        import vllm.forward_context as forward_context
+        import vllm.platforms as vllm_platforms
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphCapture, BreakableCUDAGraphWrapper
+        from vllm.compilation.cuda_graph import CUDAGraphWrapper
+
+        from contract.conformance.simcuda import SimCuda
+
+        forward_context._forward_context = None
+        CUDAGraphWrapper.clear_all_graphs()
+        BreakableCUDAGraphWrapper.clear_all_graphs()
+        BreakableCUDAGraphCapture._tls.active = None
+        type(vllm_platforms.current_platform)._global_graph_pool = None
+        SimCuda.reset()
+        self.recorder.labels.clear()
+        self.recorder.managers.clear()
+
+    def model(self, scenario: Scenario, vllm_config):
+        """One model per config-time class, compiled once by its first forward: a compile is
+        decided by the config as post-init leaves it, equal within the class. Its graphs are
+        cleared between traces by ``clear_all_graphs`` on both wrapper classes."""
+        key = (*config_key(scenario), scenario.model_compiled)
+        if key not in self._models:
+            self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled)
+        return self._models[key]
+
+    def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
+        self.reset()
+        steps: list[dict] = []
+        self.run = RealRun(self, scenario)
+        try:
+            for event in events:
+                step = self.run.apply(event)
+                steps.append(step)
+                if "halted" in step:
+                    break
+        finally:
+            self.run = None
+        return steps
+
+
+class RealRun:
+    """The stand-in runner for one trace and the step functions that drive vLLM's code."""
+
+    def __init__(self, session: Session, scenario: Scenario) -> None:
+        import torch
+
+        self.session, self.scenario = session, scenario
+        self.recorder = session.recorder
+        if scenario.drafter is not DrafterKind.NONE:
+            raise CannotBuild("speculators are not replayed yet")
+        try:
+            vllm_config = session.configs.get(scenario)
+            backends.configure(vllm_config)
+            self.model = session.model(scenario, vllm_config)
+        except Exception as exc:  # noqa: BLE001 - vLLM's refusal, one line
+            raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
+        self.vllm_config = vllm_config
+        self.runner = model_runner.stand_in_runner(
+            session.gpu_model_runner, vllm_config, self.model, torch.device("cpu")
+        )
+        self.runner.initialize_kv_cache = self.initialize_kv_cache
+        self.step: dict = {}
+        self.capture_phase = False
+        self.context = "capture_model"
+        self._capture: dict | None = None
+        self._open: dict | None = None
+
+    # -- observation --------------------------------------------------------------------------
+
+    def start(self, context: str, mode_name: str, descriptor: dict) -> None:
+        self.finish()
+        self.recorder.start(mode_name)
+        self._open = {"role": "target", "context": context, "runtime_mode": mode_name,
+                      "batch_descriptor": descriptor}
+
+    def finish(self, error: str | None = None, keep: bool = True) -> None:
+        open_ = self._open
+        if open_ is None:
+            return
+        self._open = None
+        dispatch = {**open_, "layers": self.recorder.layers(), "capture_phase": self.capture_phase,
+                    "ran_eager": self.recorder.ran_eager}
+        if error:
+            dispatch["error"] = error
+        acted = error or any(layer["action"] != "passed" for layer in dispatch["layers"])
+        if keep or acted:
+            self.step.setdefault("dispatches", []).append(dispatch)
+
+    def capture_event(self, kind: str, manager, desc) -> None:
+        """The capture loop's progress (``cudagraph_utils.install``): each descriptor's warm-up
+        (kept only if a layer acted on it, as the model does not record warm-ups) and capture run."""
+        if kind == "done":
+            self._finish_capture()
+            return
+        if kind == "warmup":
+            self._finish_capture()
+            self.start(self.context, "NONE", _descriptor(desc, warmup=True))
+            self._capture = {"desc": desc, "warmup": True}
+        elif self._capture is None or self._capture["desc"] is not desc or self._capture["warmup"]:
+            self._finish_capture()
+            self.start(self.context, desc.cg_mode.name, _descriptor(desc))
+            self._capture = {"desc": desc, "warmup": False}
+
+    def _finish_capture(self) -> None:
+        if self._capture is not None:
+            self.finish(keep=not self._capture["warmup"])
+            self._capture = None
+
+    # -- events -------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> dict:
+        self.step = {"event": event_to_json(event)}
+        self._open = None
+        try:
+            getattr(self, "on_" + event.kind)(event)
+        except Halt as halt:
+            self.finish(str(halt))
+            self.step["halted"] = str(halt)
+        except AssertionError as exc:  # vLLM's assertion stops the engine where it fires
+            text = errors.normalise(exc)
+            self.finish(text)
+            self.step["halted"] = text
+        else:
+            self.finish()
+        return self.step
+
+    def on_load_model(self, event) -> None:
+        """``load_model`` assigns the loaded model and never wraps it (``33:…:403,408``, ``34:…:416,421``)."""
+        model = self.model
+        label = backends.MODEL_LABEL
+        got = self.session.gpu_model_runner.GPUModelRunner.get_model(self.runner)
+        self.step["stacks"] = {"target": label if self.runner.model is model else type(self.runner.model).__name__}
+        self.step["unwrap"] = {"target": label if got is model else type(got).__name__}
+
+    def on_profile_run(self, event) -> None:
+        """``profile_run`` → ``_dummy_run(is_profile=True)`` → ``execute_model``: dispatch with
+        ``need_eager``, then the model's first forward, where Dynamo compiles."""
+        self.execute(PROFILE_NUM_TOKENS, self.runner.max_num_reqs, None, None, is_profile=True, context="profile_run")
+
+    def initialize_kv_cache(self, kv_cache_config=None, is_profiling: bool = False) -> None:
+        """``initialize_kv_cache``'s block: adaptive verification, resolve, ``ModelCudaGraphManager``,
+        then the speculator's managers. The KV-cache config stands in for the one vLLM builds."""
+        from vllm.v1.attention.backend import AttentionCGSupport
+
+        support = self.scenario.attention_support.name
+        attn_cg_support = types.SimpleNamespace(min_cg_support=AttentionCGSupport[support],
+                                                min_cg_attn_backend=f"SIM_ATTN_{support}")
+        self.runner.kv_cache_config = model_runner.kv_cache_config()
+        try:
+            out = self.session.blocks.initialize_kv_cache(self.runner, attn_cg_support=attn_cg_support,
+                                                          is_profiling=is_profiling)
+            self.session.blocks.init_speculator_cudagraph_manager(self.runner, cudagraph_mode=out["cudagraph_mode"])
+        except ValueError as exc:
+            raise Halt(errors.resolve_rejected(exc)) from exc
+        self.recorder.manager(self.runner.cudagraph_manager, "target")
+
+    def on_profile_cudagraph_memory(self, event) -> None:
+        """``profile_cudagraph_memory`` (``34:…/cudagraph_utils.py:988-1095``), vLLM's own, on the
+        stand-in runner: it initialises the KV cache for profiling (the first resolve and managers),
+        captures every PIECEWISE and the two widest FULL descriptors through ``capture_model``,
+        clears every graph of both wrapper classes and drops the managers."""
+        self.capture_phase, self.context = True, "profile_cudagraph_memory"
+        try:
+            self.session.gpu_model_runner.GPUModelRunner.profile_cudagraph_memory(self.runner)
+        except (Halt, AssertionError):
+            raise
+        except Exception as exc:
+            raise Halt(errors.normalise(exc)) from exc
+        finally:
+            self._finish_capture()
+            self.capture_phase, self.context = False, "capture_model"
+            self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+
+    def on_resolve(self, event) -> None:
+        try:
+            self.initialize_kv_cache()
+        finally:
+            self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+
+    def on_capture_model(self, event) -> None:
+        """``capture_model``, vLLM's whole method on the stand-in runner."""
+        self.capture_phase = True
+        try:
+            self.session.gpu_model_runner.GPUModelRunner.capture_model(self.runner)
+        except AssertionError:
+            raise
+        except Exception as exc:
+            raise Halt(errors.normalise(exc)) from exc
+        finally:
+            self._finish_capture()
+            self.capture_phase = False
+
+    def on_execute_model(self, event) -> None:
+        q = self.runner.decode_query_len
+        n = event.num_tokens
+        if event.uniform_decode:
+            self.execute(n, n // q, q, q, is_profile=event.force_eager)
+        else:
+            self.execute(n, min(n, self.runner.max_num_reqs), None, q + 1, is_profile=event.force_eager)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def execute(self, num_toks: int, num_reqs: int, uniform_tok_count, max_query_len, *, is_profile: bool,
+                context: str = "execute_model") -> None:
+        """``execute_model``'s dispatch statement and "Run model" branch, vLLM's own."""
+        import torch
+
+        scheduler_output = types.SimpleNamespace(skip_drafts=False)
+        out = self.session.blocks.dispatch(
+            self.runner, num_reqs=num_reqs, num_toks=num_toks, uniform_tok_count=uniform_tok_count,
+            max_query_len=max_query_len, is_profile=is_profile, skip_compiled=False, num_active_loras=0,
+            skip_attn_for_dummy_run=False, scheduler_output=scheduler_output,
+        )
+        batch_desc = out["batch_desc"]
+        # prepare_inputs: num_tokens_after_padding = max(num_tokens, batch_desc.num_tokens)
+        # (33:…/model_runner.py:1396, 34:…:1466)
+        padded = max(num_toks, batch_desc.num_tokens)
+        buffers = self.runner.input_buffers
+        input_batch = types.SimpleNamespace(num_tokens_after_padding=padded, num_tokens=num_toks,
+                                            is_padding=buffers.is_padding[:padded])
+        model_inputs = {"input_ids": buffers.input_ids[:padded], "positions": buffers.positions[:padded],
+                        "inputs_embeds": None, "intermediate_tensors": None}
+        self.start(context, batch_desc.cg_mode.name, _descriptor(batch_desc))
+        try:
+            with torch.inference_mode():
+                self.session.blocks.run_model(
+                    self.runner, batch_desc=batch_desc, dp_sync_state=out["dp_sync_state"],
+                    scheduler_output=scheduler_output, input_batch=input_batch, attn_metadata=None,
+                    model_inputs=model_inputs, ubatch_state=None, ubatch_slices=None,
+                    slot_mappings_by_layer=None, skip_compiled=False,
+                )
+        except AssertionError:
+            raise
+        except Exception as exc:
+            raise Halt(errors.normalise(exc)) from exc
+
+
+def _descriptor(desc, warmup: bool = False) -> dict:
+    """A ``BatchExecutionDescriptor`` in the model's JSON (no LoRA or micro-batch fields: the
+    modelled scenarios have neither); a warm-up run is the NONE run of the descriptor's shape."""
+    return {"num_tokens": desc.num_tokens, "num_reqs": desc.num_reqs,
+            "uniform_token_count": None if warmup else desc.uniform_token_count,
+            "max_query_len": None if warmup else desc.max_query_len}

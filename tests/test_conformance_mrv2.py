@@ -1,0 +1,213 @@
+"""The MRV2 model against real vLLM 0.33.0 and 0.34.0 Model Runner V2 on CPU (``conform --runner mrv2``).
+
+Each release runs in its environment (``.venv-vllm-<version>``) as a subprocess; the jobs start
+together when the module starts and are shared by its tests. Without the environments the tests
+skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from contract.conformance.installed import policy_for
+
+ROOT = Path(__file__).resolve().parents[1]
+VERSIONS = ("0.34.0", "0.33.0")
+# Steps where the model is known to be wrong about the release, by event. 0.34.0: with the
+# extensible KV cache (on by default on CUDA, config/vllm.py:3252-3254) profile_cudagraph_memory
+# returns before any capture (v1/worker/gpu/model_runner.py:1123-1125); the model profiles.
+KNOWN_MODEL_ERRORS = {"0.34.0": {"profile_cudagraph_memory"}, "0.33.0": set()}
+TIMEOUT = 900
+
+pytestmark = pytest.mark.conformance
+
+
+def venv_python(version: str) -> Path | None:
+    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
+    return python if python.exists() else None
+
+
+def require(version: str) -> Path:
+    python = venv_python(version)
+    if python is None:
+        message = (f".venv-vllm-{version} is missing: make it with "
+                   f"conformance-env/make-env.sh {version} .venv-vllm-{version}")
+        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
+    conform = [python, "-m", "contract.cli", "conform", "--runner", "mrv2", "--corpus", "covering", "--json"]
+    out = {"conform": [*conform, "--reports", reports / "own"]}
+    if version == "0.34.0":
+        # negative control: 0.34.0's code against 0.33.0's model. (The reverse agrees on every
+        # step without a speculator: there the two releases differ only where 0.34.0 profiles.)
+        out["control"] = [*conform, "--policy", policy_for("0.33.0", "mrv2"), "--reports", reports / "control"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """Run alone, pytest starts every job at once; under pytest-xdist each job runs once for all
+    workers, under a file lock in the workers' shared temporary folder."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp()
+    shared = (shared.parent if worker else shared) / "conformance-mrv2-jobs"
+    shared.mkdir(parents=True, exist_ok=True)
+    started: dict[tuple[str, str], subprocess.Popen] = {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"}
+
+    def start(name: str, version: str) -> subprocess.Popen:
+        argv = commands(version, venv_python(version), shared / f"reports-{version}")[name]
+        return subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    if not worker:
+        for version in VERSIONS:
+            if venv_python(version) is not None:
+                for name in commands(version, Path(), Path()):
+                    started[(name, version)] = start(name, version)
+
+    def result(name: str, version: str):
+        import fcntl
+
+        require(version)
+        done = shared / f"{name}-{version}.json"
+        with open(shared / f"{name}-{version}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                proc = started.pop((name, version), None) or start(name, version)
+                out, err = proc.communicate(timeout=TIMEOUT)
+                done.write_text(json.dumps([proc.returncode, out, err]))
+        rc, out, err = json.loads(done.read_text())
+        return rc, out, err
+
+    yield result
+    for proc in started.values():
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
+    rc, out, err = jobs("conform", version)
+    assert out.strip(), err[-2000:]
+    data = json.loads(out)
+    assert data["vllm"] == version
+    assert data["policy"] == policy_for(version, "mrv2")
+    assert data["load_model_block"]["runner"] == "MRV2"
+    assert set(data["load_model_block"]["blocks"]) == {
+        "initialize_kv_cache", "init_speculator_cudagraph_manager", "dispatch", "run_model"}
+    assert data["generated_traces"] > 50 and data["steps"] > 800
+    steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
+    unexpected = [x for x in steps if x["event"].split("(")[0] not in KNOWN_MODEL_ERRORS[version]]
+    assert not unexpected, json.dumps(unexpected, indent=1)[:4000]
+    assert data["agreeing_steps"] == data["steps"] - len(steps)
+    assert rc == (1 if steps else 0)
+
+
+def test_the_other_releases_model_disagrees_on_named_steps(jobs):
+    """0.33.0 profiles CUDA-graph memory with a throwaway capture (``33:v1/worker/gpu/model_runner.py:1068-1073``);
+    0.34.0 returns first under its default extensible KV cache (``34:…:1123-1125``)."""
+    rc, out, err = jobs("control", "0.34.0")
+    assert out.strip(), err[-2000:]
+    data = json.loads(out)
+    assert data["policy"] == "mrv2_0_33"
+    assert rc == 1 and data["agreeing_steps"] < data["steps"]
+    named = {(d["name"], x["step"], x["event"]) for d in data["disagreements"] for x in d.get("disagreements", [])}
+    assert ("mrv2-covering-0000", 2, "profile_cudagraph_memory") in named, sorted(named)[:5]
+    assert {event for _, _, event in named} == {"profile_cudagraph_memory"}
+
+
+# -- conform --vllm-src: a branch checkout's own code over the shared closure ----------------------
+
+BREAKABLE_SWITCH = "is_breakable_cudagraph_enabled(self.compilation_config)\n            and "
+PIECEWISE_CHECK = "\n            and self.cudagraph_mode.has_piecewise_cudagraphs()"
+
+
+def edited_tree(tmp_path: Path, old: str, new: str) -> Path:
+    """A symlinked copy of the installed 0.34.0 ``vllm/`` whose ``cudagraph_utils.py`` is edited."""
+    require("0.34.0")
+    installed = next((ROOT / ".venv-vllm-0.34.0" / "lib").glob("python3*/site-packages/vllm"))
+    tree = tmp_path / "tree"
+    tree.mkdir(parents=True)
+    subprocess.run(["cp", "-as", str(installed.resolve()), str(tree / "vllm")], check=True, capture_output=True)
+    target = tree / "vllm" / "v1" / "worker" / "gpu" / "cudagraph_utils.py"
+    text = target.read_text()
+    assert text.count(old) == 1, old
+    target.unlink()
+    target.write_text(text.replace(old, new))
+    return tree
+
+
+def traces_dir(tmp_path: Path) -> Path:
+    """Breakable on under F&P and under FULL, compiled F&P with breakable off: the scenarios whose
+    PIECEWISE capturer ``use_breakable_cg`` decides."""
+    from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileRun, Resolve
+    from contract.modes import FULL
+    from contract.policy import load_policy
+    from contract.scenario import Runner, Scenario
+    from contract.trace import record, write_atomic
+
+    policy = load_policy(policy_for("0.34.0", "mrv2"))
+    events = [LoadModel(), ProfileRun(), Resolve(), CaptureModel(), ExecuteModel(3), ExecuteModel(2, True)]
+    folder = tmp_path / "traces"
+    for name, scenario in {"breakable": Scenario(runner=Runner.MRV2, breakable=True),
+                           "breakable-full": Scenario(runner=Runner.MRV2, breakable=True, cudagraph_mode=FULL),
+                           "compiled": Scenario(runner=Runner.MRV2)}.items():
+        write_atomic(folder / f"{name}.json", record(scenario, policy, events, name=name).dumps())
+    return folder
+
+
+def conform_src(tree: Path, traces: Path, reports: Path) -> dict:
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "contract.cli", "conform", "--vllm-src",
+                           str(tree), "--traces", str(traces), "--reports", str(reports), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_vllm_src_runs_the_trees_own_code(tmp_path):
+    if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
+        require("0.34.0")
+    traces = traces_dir(tmp_path)
+    # use_breakable_cg read without has_piecewise_cudagraphs(): a manager whose mode has no
+    # PIECEWISE descriptor never reaches run_pw_graph, so no observation can change.
+    same = conform_src(edited_tree(tmp_path / "a", PIECEWISE_CHECK, ""), traces, tmp_path / "ra")
+    assert same["vllm"] == "0.34.0" and same["agreeing_steps"] == same["steps"] > 0, same["disagreements"]
+    # use_breakable_cg read without the breakable switch: compiled PIECEWISE graphs go to a breakable runner.
+    changed = conform_src(edited_tree(tmp_path / "b", BREAKABLE_SWITCH, ""), traces, tmp_path / "rb")
+    diffs = {d["name"]: d["disagreements"] for d in changed["disagreements"]}
+    assert set(diffs) == {"compiled"}, diffs
+    first = diffs["compiled"][0]
+    assert first["event"] == "capture_model"
+    assert "target:breakable_cg_runner" in json.dumps(first["vllm"]) and "target:compiled" in json.dumps(first["model"])
+
+
+def test_vllm_src_that_is_no_model_runner_is_one_line(tmp_path):
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "contract.cli", "conform", "--vllm-src",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "neither Model Runner V1" in proc.stderr
+
+
+def test_vllm_src_that_does_not_import_is_one_line(tmp_path):
+    if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
+        require("0.34.0")
+    (tmp_path / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True)
+    (tmp_path / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py").write_text("")
+    (tmp_path / "vllm" / "__init__.py").write_text("import vllm_missing_dependency\n")
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "contract.cli", "conform", "--vllm-src",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "does not import with the pinned closure" in proc.stderr and "vllm_missing_dependency" in proc.stderr
