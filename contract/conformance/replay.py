@@ -17,7 +17,6 @@ the harness's, and guards each mirrored point against the releases' source.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import types
 
@@ -51,7 +50,8 @@ class CannotBuild(Exception):
 
 
 class Session:
-    """Once per process: platform, simulated CUDA, spies, config cache, the wrapping block."""
+    """Once per process: platform, simulated CUDA, spies, config cache, the wrapping block, the
+    stand-in runner class and the decision-point log."""
 
     def __init__(self) -> None:
         platform.activate()
@@ -62,7 +62,6 @@ class Session:
         from contract.conformance import simcuda
 
         self.device = simcuda.DEVICE
-        self.gpu_model_runner = gpu_model_runner
         self.block = wrapping.load(gpu_model_runner)
         self.load_model_block = decisions.tracked(self.block.function, "GPUModelRunner.load_model (wrapping block)")
         self.configs = ConfigCache()

@@ -115,7 +115,8 @@ class ConformanceRun:
             refuted = [f.name for f in found if f.outcome != "confirmed"]
             outcome = "refuted" if refuted else "confirmed"
             names = ", ".join(refuted or [f.name for f in found])
-            partly = "" if refuted else next((f"; {f.partly}" for f in found if f.partly), "")
+            # Partly replayed only when no fully replayed trace shows the property too.
+            partly = "" if refuted or any(not f.partly for f in found) else f"; {found[0].partly}"
             out.append({"policy": policy, "property": prop,
                         "status": f"{outcome} on vLLM {self.version} by the real-code replay ({names}){partly}"})
         return out
