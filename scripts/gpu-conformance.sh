@@ -9,7 +9,8 @@
 #   manifest.json; prints its size with the working tree and fails above 64 MiB.
 # run: `cudagraph-contract conform --device DEVICE` on tests/traces, the traces under reports/ and the
 #   covering generated set (or --traces/--corpus), with vLLM from the environment or else from the
-#   bundle (its wheels installed into a scratch folder), under a 7.5-minute limit. Writes result.json,
+#   bundle (its wheels installed into a scratch folder), stopped after $GPU_CONFORMANCE_LIMIT seconds
+#   (default 300, within a 360 s device call). Writes result.json,
 #   result.md and the per-trace pages (traces/, conformance/, findings.md) into --out, else $OUT, else
 #   (cuda only) reports/gpu; cpu-sim never writes to reports/gpu.
 # Python: $PYTHON, else python3; the caller's PYTHONPATH is kept after the tree and the bundle.
@@ -19,6 +20,7 @@ die() { echo "gpu-conformance: error: $*" >&2; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || die "cannot locate the repository"
 BUNDLE="$ROOT/.gpu-bundle"
 PY=${PYTHON:-python3}
+LIMIT=${GPU_CONFORMANCE_LIMIT:-300}
 DEVICE=cuda PACK=0 OUTDIR="${OUT:-}" CORPUS=covering TRACES=() VERSION=0.30.0 PYVER=${GPU_PYTHON_VERSION:-3.12}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -70,13 +72,13 @@ if [ "$DEVICE" = cuda ]; then  # one line rather than a traceback when there is 
     || die "--device cuda: torch.cuda.is_available() is False on this machine; use --device cpu-sim"
 fi
 T0=$(date +%s)
-PYTHONPATH="$PYPATH" timeout 450 "$PY" -m contract.cli conform --vllm auto --device "$DEVICE" --json \
+PYTHONPATH="$PYPATH" timeout "$LIMIT" "$PY" -m contract.cli conform --vllm auto --device "$DEVICE" --json \
   --corpus "$CORPUS" ${TRACES[@]+"${TRACES[@]}"} --reports "$WORK/reports" >"$WORK/summary.json" 2>"$WORK/stderr"
 RC=$?
 T1=$(date +%s)
 if [ ! -s "$WORK/summary.json" ]; then
   tail -n 1 "$WORK/stderr" >&2
-  [ $RC -eq 124 ] && die "the conformance run passed its 450 s limit"
+  [ $RC -eq 124 ] && die "the conformance run passed its $LIMIT s limit (GPU_CONFORMANCE_LIMIT; or --corpus none)"
   exit $(( RC == 0 ? 2 : RC ))
 fi
 PYTHONPATH="$PYPATH" "$PY" -m contract.conformance.gpu_result "$WORK/summary.json" "$WORK/reports" "$OUTDIR" \

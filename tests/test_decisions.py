@@ -92,3 +92,10 @@ def test_log_counts_each_point_once_per_step():
     entries = log.to_json()
     assert {(e["point"], e["owner"], e["steps"]) for e in entries} == {("mirror", "harness", 1), ("dispatch", "vLLM", 1)}
     assert share(entries) == 0.5
+
+
+def test_every_stand_in_is_documented_and_none_replaces_a_decision():
+    from contract.conformance import gpu_model_runner as stand_in
+
+    assert set(stand_in.STAND_INS) == set(stand_in.INFRASTRUCTURE)
+    assert not set(stand_in.STAND_INS) & set(stand_in.ORCHESTRATION)

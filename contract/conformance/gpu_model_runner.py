@@ -88,21 +88,7 @@ def runner_class(gpu_model_runner_module) -> type:
             if name in klass.__dict__:
                 namespace[name] = klass.__dict__[name]
                 break
-    namespace.update(
-        initialize_attn_backend=initialize_attn_backend,
-        _init_minimal_kv_cache_for_profiling=_init_minimal_kv_cache_for_profiling,
-        _cleanup_profiling_kv_cache=_nothing,
-        _get_slot_mappings=lambda self, **kwargs: (None, None),
-        synchronize_input_prep=lambda self: contextlib.nullcontext(),
-        _build_attention_metadata=lambda self, **kwargs: (None, None),
-        _init_model_kwargs=lambda self, *args, **kwargs: {},
-        _dummy_sampler_run=lambda self, hidden_states: None,
-        _sync_device=_nothing,
-        _register_layerwise_nvtx_hooks=_nothing,
-        _create_encoder_cudagraph_manager=lambda self: None,
-        _maybe_init_encoder_cudagraph_manager=_nothing,
-        _freeze_gc=staticmethod(contextlib.nullcontext),
-    )
+    namespace.update(STAND_INS)
     # GPUModelRunner's mixins (LoRAModelRunnerMixin, ...) are vLLM's code and need no GPU.
     mixins = tuple(klass for klass in gmr.__mro__[1:] if klass is not object and "Mixin" in klass.__name__)
     return type("GPUModelRunnerStandIn", mixins, namespace)
@@ -125,6 +111,24 @@ def initialize_attn_backend(self, is_profiling: bool = False) -> None:
     self._check_and_update_cudagraph_mode(
         [{self.attention_backend}], [types.SimpleNamespace(kv_cache_spec=None)], is_profiling=is_profiling
     )
+
+
+# The stand-in infrastructure itself, one entry per INFRASTRUCTURE name.
+STAND_INS = {
+    "initialize_attn_backend": initialize_attn_backend,
+    "_init_minimal_kv_cache_for_profiling": _init_minimal_kv_cache_for_profiling,
+    "_cleanup_profiling_kv_cache": _nothing,
+    "_get_slot_mappings": lambda self, **kwargs: (None, None),
+    "synchronize_input_prep": lambda self: contextlib.nullcontext(),
+    "_build_attention_metadata": lambda self, **kwargs: (None, None),
+    "_init_model_kwargs": lambda self, *args, **kwargs: {},
+    "_dummy_sampler_run": lambda self, hidden_states: None,
+    "_sync_device": _nothing,
+    "_register_layerwise_nvtx_hooks": _nothing,
+    "_create_encoder_cudagraph_manager": lambda self: None,
+    "_maybe_init_encoder_cudagraph_manager": _nothing,
+    "_freeze_gc": staticmethod(contextlib.nullcontext),
+}
 
 
 def build(cls, vllm_config, *, device, dispatcher, attention_backend, max_num_tokens: int):
