@@ -5,7 +5,7 @@ VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
-.PHONY: verify test vllm-envs gpu-conformance clean
+.PHONY: verify test vllm-envs gpu-conformance gpu-rehearsal clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ test: $(VENV)/.installed vllm-envs
 
 gpu-conformance: $(VENV)/.installed
 	bash scripts/gpu-conformance.sh
+
+# The GPU run rehearsed on this CPU machine: Python 3.12, torch 2.11.0, the GPU machine's packages,
+# the bundle as carried, NVML and triton emulated (scripts/gpu-rehearsal.sh, reports/gpu/README.md).
+gpu-rehearsal: .venv-vllm-0.30.0/.complete
+	bash scripts/gpu-rehearsal.sh
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache

@@ -50,7 +50,9 @@ class TinyModel(torch.nn.Module):
         # The compiled graph once vLLM's backend has split and wrapped it; None runs eagerly.
         self.graph: Callable[[torch.Tensor], torch.Tensor] | None = None
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        """Called as the runner calls a model (``input_ids``, ``positions``, ``intermediate_tensors``,
+        ``inputs_embeds``); only ``input_ids`` is read."""
         if self.graph is not None:
             return self.graph(input_ids)
         return self.eager(input_ids)

@@ -2,7 +2,8 @@
 
 ``--device cpu-sim`` on the regression traces inside ``.venv-vllm-0.30.0`` (skipped without it,
 failed when ``CONTRACT_REQUIRE_VLLM=1``) must agree on every step and write its result to ``--out``;
-``--device cuda`` without CUDA must exit 2 with one line.
+``--device cuda`` without CUDA must exit 2 with one line; and the bundle path: pack, carry the
+tree, run with a Python that has only the GPU machine's packages and sees a GPU host.
 """
 
 from __future__ import annotations
@@ -61,3 +62,74 @@ def test_cuda_without_cuda_exits_2_with_one_line(tmp_path):
                           str(ROOT / "tests" / "traces")], env=dict(os.environ, PYTHONPATH=str(ROOT)),
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 2 and len(cli.stderr.strip().splitlines()) == 1
+
+
+# A Python like the GPU machine's: the distributions scripts/gpu-machine-packages.txt lists, taken
+# from .venv-vllm-0.30.0 (torch, numpy, typer, ...), and nothing else: no vLLM, none of the
+# compiled distributions the bundle must carry.
+GPU_HOST_PYTHON = r"""
+import importlib.metadata as md, re, sys
+from pathlib import Path
+target, listing = Path(sys.argv[1]), Path(sys.argv[2])
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+machine = {norm(l.strip()) for l in listing.read_text().splitlines() if l.strip() and not l.startswith("#")}
+for dist in md.distributions():
+    if norm(dist.metadata["Name"]) not in machine:
+        continue
+    for f in dist.files or []:
+        if f.parts[0] == "..":
+            continue
+        link = target / f.parts[0]
+        if not link.exists():
+            link.symlink_to(Path(dist.locate_file(f.parts[0])).resolve())
+"""
+
+
+def gpu_host_python(tmp_path: Path) -> Path:
+    python = venv_python()
+    base = subprocess.run([str(python), "-c", "import sys; print(sys._base_executable)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    host = tmp_path / "gpu-host"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(host)], check=True)
+    site = next((host / "lib").glob("python3*/site-packages"))
+    subprocess.run([str(python), "-c", GPU_HOST_PYTHON, str(site), str(ROOT / "scripts" / "gpu-machine-packages.txt")],
+                   check=True)
+    return host / "bin" / "python"
+
+
+def test_the_bundle_alone_runs_the_replay_on_a_gpu_like_python(tmp_path):
+    """Pack, carry the tree and the bundle, run with a Python that has no vLLM and whose vLLM
+    import sees a GPU host (tests/gpu_host): every step agrees and the result comes back in $OUT."""
+    python = gpu_host_python(tmp_path)
+    assert subprocess.run([str(python), "-c", "import vllm"], capture_output=True).returncode != 0
+    # The emulation is in force: a plain `import vllm` there detects CUDA and loads platforms/cuda.py.
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    probe = subprocess.run([str(venv_python()), "-c", "import vllm"], capture_output=True, text=True,
+                           env=dict(plain, PYTHONPATH=str(ROOT / "tests" / "gpu_host")), timeout=300)
+    assert probe.returncode != 0 and "vllm/platforms/cuda.py" in probe.stderr, probe.stderr[-1000:]
+    version = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    tree = tmp_path / "tree"  # the working tree as carried: tracked files, then the bundle
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_bytes((ROOT / name).read_bytes())
+    (tree / "scripts" / "gpu-conformance.sh").chmod(0o755)
+    (tree / ".venv-vllm-0.30.0").symlink_to(venv_python().parents[1])
+    packed = subprocess.run(["bash", str(tree / "scripts" / "gpu-conformance.sh"), "--pack"], capture_output=True,
+                            text=True, timeout=600, env=dict(os.environ, GPU_PYTHON_VERSION=version))
+    assert packed.returncode == 0, packed.stderr[-2000:]
+    (tree / ".venv-vllm-0.30.0").unlink()
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PYTHON=str(python), PYTHONPATH=str(ROOT / "tests" / "gpu_host"), OUT=str(out))
+    done = subprocess.run(["bash", str(tree / "scripts" / "gpu-conformance.sh"), "--device", "cpu-sim",
+                           "--traces", str(tree / "tests" / "traces")], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["steps"] > 0 and result["agreement"] == 1.0
+    assert result["machine"]["python"].startswith(version)
+    assert sorted(p.name for p in (out / "traces").glob("*.md")) and (out / "conformance").is_dir()

@@ -88,11 +88,7 @@ def compile_model(model, vllm_config) -> list:
     from vllm.compilation.backends import wrap_with_cudagraph_if_needed
 
     compilation_config = vllm_config.compilation_config
-    split_at_attention = (
-        not compilation_config.use_inductor_graph_partition
-        and compilation_config.splitting_ops_contain_attention()
-    )
-    items = model.split(at_attention=split_at_attention)
+    items = split_graph(model, compilation_config)
     compiled = [piece for piece, is_splitting_op in items if not is_splitting_op]
     submodules, capturers = [], []
     for piece, is_splitting_op in items:
@@ -108,3 +104,15 @@ def compile_model(model, vllm_config) -> list:
             capturers.append(wrapped)
     model.graph = SplitGraph(submodules)
     return capturers
+
+
+def split_graph(model, compilation_config) -> list:
+    """Where ``VllmBackend.__call__`` splits the graph (``split_graph(graph, fx_split_ops)``,
+    ``compilation/backends.py:1174-1179``): at the attention op when the splitting ops hold the
+    attention ops and Inductor does not partition the graph itself. Mirrored: guarded by
+    ``decisions.MIRRORED``."""
+    split_at_attention = (
+        not compilation_config.use_inductor_graph_partition
+        and compilation_config.splitting_ops_contain_attention()
+    )
+    return model.split(at_attention=split_at_attention)

@@ -51,7 +51,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
         result = _compare(session, trace, policy, source)
         out.results.append(result)
         if trace.policy == policy.name and result.violations:
-            out.findings.append(finding(result, policy.name, result.violations))
+            out.findings.append(finding(result, policy.name, result.violations, trace.scenario.ubatching))
     if corpus != "none":
         traces = corpus_mod.generated(policy)
         if corpus == "covering":
@@ -69,6 +69,8 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
             if result.diffs:
                 out.generated_diffs.append(result)
         out.generated["violations"] = dict(sorted(counts.items()))
+    out.decisions = session.decisions.to_json()
+    out.mirrored = session.mirrored()
     return out
 
 

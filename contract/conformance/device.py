@@ -1,8 +1,10 @@
 """``--device cuda``: the conformance replay on real CUDA graphs instead of ``simcuda``.
 
-What stays the same as ``cpu-sim``: vLLM's config, resolve, dispatcher, ``load_model`` block,
-wrappers and capture guard, and the observer (``observe.py``), which here hears the events of real
-``torch.cuda.CUDAGraph`` objects (``ObservedGraph`` calls the real method after telling it).
+What stays the same as ``cpu-sim``: vLLM's config, resolve, dispatcher, ``load_model`` block, the
+runner's orchestration, wrappers and capture guard, and the observer (``observe.py``), which here
+hears the events of real ``torch.cuda.CUDAGraph`` objects (``ObservedGraph`` calls the real method
+after telling it). ``capture_model`` and ``profile_cudagraph_memory`` are vLLM's own, so warm-ups
+and captures run inside vLLM's ``graph_capture()``, on the side stream it creates.
 
 What still stands in, and why:
 

@@ -97,6 +97,12 @@ def activate(modules: tuple[str, ...] = MODULES):
     # Set explicitly: when unset, _maybe_enable_breakable_cudagraph turns it on for some
     # architectures (config/vllm.py), and every scenario sets its own value anyway.
     os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "0"
+    # The replay drives Model Runner V1, so the config it builds must select it
+    # (VllmConfig.use_v2_model_runner, config/vllm.py); and `import vllm` must resolve vLLM's CPU
+    # platform rather than probe NVML, which on a GPU host picks CudaPlatform and imports the
+    # compiled vllm._C_stable_libtorch (platforms/cuda.py:23). The platform below replaces it.
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     import vllm.platforms as vllm_platforms
 
     cls, enum = _platform_class()

@@ -1,25 +1,28 @@
 """A trace's events run on vLLM's real code, observed in the model's format.
 
-The harness plays the MRV1 runner's start-up sequence and serving steps in the order
-``contract/runner.py`` models them (spec §8.3), on a stand-in runner object. Every decision is
-vLLM's: ``VllmConfig.__post_init__`` (``vllm_config.py``), ``load_model``'s wrapping block
-(``wrapping.py``), the compile decisions at the first forward (``compiled.py``),
-``GPUModelRunner._check_and_update_cudagraph_mode`` (called unbound on the stand-in: resolve, the
-target keys and the drafter's ``initialize_cudagraph_keys``), ``CudagraphDispatcher.dispatch`` and
-``get_capture_descs``, the proposer's ``_determine_batch_execution_and_padding``,
-``set_forward_context`` and the wrappers' gating, capture, replay and capture guard. What the
-harness writes itself is the orchestration between those calls, each step citing the vLLM 0.30.0
-lines it mirrors.
+Each event runs the installed release's own runner code on a stand-in runner
+(``gpu_model_runner.py``): ``load_model``'s wrapping block (``wrapping.py``), ``profile_run`` →
+``_dummy_run`` (with the drafter's ``dummy_run``), ``profile_cudagraph_memory``, ``capture_model`` →
+``_capture_cudagraphs`` → ``_warmup_and_capture``, and for ``resolve`` the
+``_check_and_update_cudagraph_mode`` that ``initialize_attn_backend`` calls. Below them everything
+is vLLM's too: ``VllmConfig.__post_init__`` (``vllm_config.py``), the compile decisions at the first
+forward (``compiled.py``), the dispatchers, ``set_forward_context``, ``graph_capture`` and the
+wrappers' gating, capture, replay and capture guard.
+
+The harness mirrors what cannot run without a scheduler: the part of ``execute_model`` and of the
+proposer's ``propose`` that turns a batch into a dispatch and a forward, and the graph split of the
+compile backend. ``decisions.py`` logs, per step, which decision points were vLLM's code and which
+the harness's, and guards each mirrored point against the releases' source.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import types
 
-from contract.conformance import compiled, device, errors, observe, platform, wrapping
+from contract.conformance import compiled, decisions, device, errors, observe, platform, wrapping
+from contract.conformance import gpu_model_runner as stand_in
 from contract.conformance.observe import Recorder
 from contract.conformance.simcuda import SimCuda
 from contract.conformance.vllm_config import MAX_NUM_BATCHED_TOKENS, ConfigCache
@@ -48,7 +51,8 @@ class CannotBuild(Exception):
 
 
 class Session:
-    """Once per process: platform, simulated CUDA, spies, config cache, the wrapping block."""
+    """Once per process: platform, simulated CUDA, spies, config cache, the wrapping block, the
+    stand-in runner class and the decision-point log."""
 
     def __init__(self) -> None:
         # Explicit: where Triton is importable, 0.33 picks Model Runner V2 by default (config/vllm.py:730-767).
@@ -61,17 +65,33 @@ class Session:
         from contract.conformance import simcuda
 
         self.device = simcuda.DEVICE
-        self.gpu_model_runner = gpu_model_runner
         self.block = wrapping.load(gpu_model_runner)
+        self.load_model_block = decisions.tracked(self.block.function, "GPUModelRunner.load_model (wrapping block)")
         self.configs = ConfigCache()
         self.recorder = Recorder()
         observe.install(self.recorder)
+        stand_in.install_parallel_state()
+        self.runner_class = stand_in.runner_class(gpu_model_runner)
+        self.decisions = decisions.Log()
+        _track_decision_points(self.runner_class)
+        decisions.LOG = self.decisions
         self._backends: dict[str, type] = {}
         # What freeze_gc_for_cudagraph_capture does around bulk capture (utils/gc_utils.py:97-121),
         # once for the whole process: the imported world is frozen so the collections the wrappers
         # run per capture (breakable_cudagraph.py:381-383) stay cheap.
         gc.collect()
         gc.freeze()
+
+    def mirrored(self) -> list[dict]:
+        """Each harness-mirrored point, and whether this release's mirrored statements are the
+        recorded ones (``decisions.MIRRORED``)."""
+        from pathlib import Path
+
+        import vllm
+
+        package = Path(vllm.__file__).parent
+        return [{"point": m.point, "digest": m.digest(package), "known": m.known(self.version, package)}
+                for m in decisions.MIRRORED]
 
     def reset(self) -> None:
         """vLLM's process-global state back to start-up values, so traces replay in any order."""
@@ -90,6 +110,7 @@ class Session:
         type(vllm_platforms.current_platform)._global_graph_pool = None
         SimCuda.reset()
         self.recorder.labels.clear()
+        self.decisions.current = {}
 
     def attention_backend(self, support_name: str) -> type:
         """An attention backend whose metadata builder reports ``support_name``
@@ -117,7 +138,10 @@ class Session:
         """One observation per event, in ``StepRecord.to_json`` form; stops where vLLM stops."""
         self.reset()
         steps: list[dict] = []
+        built = len(self.configs._built)
         run = RealRun(self, scenario)
+        if len(self.configs._built) != built:
+            gc.freeze()  # a new VllmConfig lives as long as the session: out of every later collection
         for event in events:
             step = run.apply(event)
             steps.append(step)
@@ -140,35 +164,41 @@ class RealRun:
         try:
             vllm_config = session.configs.get(scenario)
             speculative_config = vllm_config.speculative_config
-            # GPUModelRunner.__init__ (gpu_model_runner.py:551, :705-710, :904-907)
-            runner = types.SimpleNamespace(
-                vllm_config=vllm_config,
-                compilation_config=vllm_config.compilation_config,
-                parallel_config=vllm_config.parallel_config,
-                speculative_config=speculative_config,
-                device=torch.device("cuda" if session.device == "cuda" else "cpu"),
-                max_num_reqs=vllm_config.scheduler_config.max_num_seqs,
-                kv_cache_config=None,  # read by resolve only for Mamba layers
-                uniform_decode_query_len=1 + vllm_config.num_speculative_tokens,
-                cudagraph_dispatcher=CudagraphDispatcher(vllm_config),
+            device_ = torch.device("cuda" if session.device == "cuda" else "cpu")
+            # max_num_tokens is the model's (PROFILE_NUM_TOKENS): profile_run dispatches it with
+            # force_eager, so any count gives NONE there, and the observation shows the count.
+            runner = stand_in.build(
+                session.runner_class, vllm_config, device=device_,
+                dispatcher=CudagraphDispatcher(vllm_config), max_num_tokens=PROFILE_NUM_TOKENS,
+                attention_backend=session.attention_backend(scenario.attention_support.name),
             )
             if scenario.drafter is DrafterKind.WITH_MODEL:
                 # An EagleProposer holding what the cudagraph path reads of it
-                # (llm_base_proposer.py:185, :424-440, :1797-1845); its __init__ builds a draft model.
+                # (llm_base_proposer.py:185, :381-386, :424-440, :1642-1694, :1797-1845); its
+                # __init__ builds a draft model.
                 drafter = EagleProposer.__new__(EagleProposer)
-                drafter.vllm_config = vllm_config
-                drafter.speculative_config = speculative_config
-                drafter.cudagraph_dispatcher = CudagraphDispatcher(vllm_config)
-                drafter.dp_rank = 0
+                drafter.__dict__.update(
+                    vllm_config=vllm_config, speculative_config=speculative_config,
+                    cudagraph_dispatcher=CudagraphDispatcher(vllm_config), dp_rank=0,
+                    num_speculative_tokens=speculative_config.num_speculative_tokens,
+                    parallel_drafting=False, supports_mm_inputs=False, pass_hidden_states_to_model=False,
+                    _draft_attn_layer_names=set(), uses_mrope=False, uses_xdrope_dim=0,
+                    draft_uses_xdrope_dim=0, positions=runner.positions,
+                )
+                drafter.dummy_run = self.observed_drafter_dummy_run(drafter.dummy_run)
                 runner.drafter = drafter
             elif scenario.drafter is DrafterKind.WITHOUT_MODEL:
                 runner.drafter = types.SimpleNamespace()  # NgramProposer: no .model, no dispatcher
+            runner._dummy_run = self.observed_dummy_run(runner._dummy_run)
+            runner._warmup_and_capture = self.observed_warmup_and_capture(runner._warmup_and_capture)
         except Exception as exc:
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
         self.vllm_config = vllm_config
         self.runner = runner
         self.raw: dict[str, object] = {}
         self.capture_phase = False
+        self.warmup = False
+        self.context = ""
         self.step: dict = {}
 
     # -- helpers ------------------------------------------------------------------------------
@@ -181,31 +211,33 @@ class RealRun:
     def model_of(self, role: str):
         return self.runner.model if role == "target" else self.runner.drafter.model
 
-    def forward(self, role: str, context: str, runtime_mode, *, batch_descriptor=None, num_tokens=None) -> None:
-        """``with set_forward_context(...): model(...)`` as ``_dummy_run`` (:6159-6182), execute_model
-        and the proposer (llm_base_proposer.py:593-601, :1658-1680) do it."""
-        from vllm.forward_context import get_forward_context, set_forward_context
+    def probe(self, role: str, model) -> "ModelProbe":
+        return ModelProbe(self, role, model)
 
+    def observe(self, role: str, model, args, kwargs):
+        """One forward called by vLLM's code (``self.model(...)`` in ``_dummy_run``, the
+        proposer's ``dummy_run``, ``_model_forward``), recorded as a dispatch under the forward
+        context vLLM set."""
+        from vllm.forward_context import get_forward_context
+
+        context = get_forward_context()
+        runtime_mode = context.cudagraph_runtime_mode
         raw = self.raw[role]
-        if num_tokens is None:
-            num_tokens = batch_descriptor.num_tokens
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        num_tokens = input_ids.shape[0]
         self.recorder.start(runtime_mode.name)
-        error = None
-        with set_forward_context(None, self.vllm_config, num_tokens=num_tokens,
-                                 cudagraph_runtime_mode=runtime_mode, batch_descriptor=batch_descriptor):
-            seen = get_forward_context().batch_descriptor
-            output = None
-            if self.session.device == "cuda":
-                device.before_forward(raw, num_tokens)
-            try:
-                output = self.model_of(role)(input_ids=raw.input_ids[:num_tokens])
-            except Exception as exc:
-                error = errors.normalise(exc)
+        error = output = None
+        if self.session.device == "cuda":
+            device.before_forward(raw, num_tokens)
+        try:
+            output = model(*args, **kwargs)
+        except Exception as exc:
+            error = errors.normalise(exc)
         dispatch = {
             "role": role,
-            "context": context,
+            "context": self.context,
             "runtime_mode": runtime_mode.name,
-            "batch_descriptor": _descriptor(seen, num_tokens),
+            "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens),
             "layers": self.recorder.layers(),
             "capture_phase": self.capture_phase,
             "ran_eager": self.recorder.ran_eager,
@@ -214,97 +246,77 @@ class RealRun:
             dispatch["error"] = error
         if self.session.device == "cuda":
             device.after_forward(raw, num_tokens, output, dispatch)
-        self.step.setdefault("dispatches", []).append(dispatch)
+        dispatches = self.step.setdefault("dispatches", [])
+        if not (self.warmup and not error and all(layer["action"] == "passed" for layer in dispatch["layers"])):
+            # Warm-up runs (_warmup_and_capture) are NONE dispatches the model does not record;
+            # they are kept only when something acted on them.
+            dispatches.append(dispatch)
         if error:
             raise Halt(error)
+        return output
 
-    def dummy_run(self, context: str, num_tokens: int, cudagraph_runtime_mode=None, *, uniform_decode=False,
-                  is_profile=False, is_graph_capturing=False, warmup=False) -> None:
-        """``_dummy_run`` (:5850-6255): dispatch through ``_determine_batch_execution_and_padding``
-        with ``force_eager = is_profile or mode == NONE`` and ``force_uniform_decode``
-        (:5955-5977, dispatch at :3998-4008), the capture-run assertion (:5980-5986), the target
-        forward (:6159-6182), then the drafter's ``dummy_run`` with ``use_cudagraphs`` (:6204-6230)."""
-        from vllm.config import CUDAGraphMode
+    def observed_dummy_run(self, dummy_run):
+        def _dummy_run(num_tokens, *args, **kwargs):
+            warmup, self.warmup = self.warmup, self.capture_phase and not kwargs.get("is_graph_capturing", False)
+            try:
+                return dummy_run(num_tokens, *args, **kwargs)
+            finally:
+                self.warmup = warmup
 
-        force_eager = is_profile or cudagraph_runtime_mode == CUDAGraphMode.NONE
-        mode, batch_descriptor = self.runner.cudagraph_dispatcher.dispatch(
-            num_tokens=num_tokens, has_lora=False, uniform_decode=uniform_decode, num_active_loras=0,
-            valid_modes={CUDAGraphMode.NONE} if force_eager else None, invalid_modes=None,
-        )
-        if cudagraph_runtime_mode is not None and cudagraph_runtime_mode != mode:
-            raise Halt(errors.normalise(AssertionError(
-                f"Cudagraph runtime mode mismatch in dummy_run. Expected {mode}, but got {cudagraph_runtime_mode}."
-            )))
-        with self.unrecorded(warmup):
-            self.forward("target", context, mode, batch_descriptor=batch_descriptor)
-            drafter = self.drafter
-            if drafter is None:
-                return
-            use_cudagraphs = (
-                (is_graph_capturing and mode == CUDAGraphMode.PIECEWISE)
-                or (not is_graph_capturing and mode != CUDAGraphMode.NONE)
-            ) and not self.runner.speculative_config.enforce_eager
-            # EagleProposer.dummy_run (llm_base_proposer.py:1628-1680): one forward per capture run;
-            # the model records the drafter's forwards of a dummy run as one dispatch.
-            draft_mode, draft_tokens, _ = type(drafter)._determine_batch_execution_and_padding(
-                drafter, num_tokens, use_cudagraphs=use_cudagraphs
-            )
-            self.forward("drafter", context, draft_mode, num_tokens=draft_tokens)
+        return _dummy_run
 
-    @contextlib.contextmanager
-    def unrecorded(self, warmup: bool):
-        """Warm-up runs (``_warmup_and_capture``, :6950-6962) are NONE dispatches the model does not
-        record; they are kept out of the observation unless something acted on them."""
-        if not warmup:
-            yield
-            return
-        before = self.step.get("dispatches", [])
-        self.step["dispatches"] = []
+    def observed_warmup_and_capture(self, warmup_and_capture):
+        def _warmup_and_capture(*args, **kwargs):
+            self.capture_phase = True
+            try:
+                return warmup_and_capture(*args, **kwargs)
+            finally:
+                self.capture_phase = False
+
+        return _warmup_and_capture
+
+    def observed_drafter_dummy_run(self, dummy_run):
+        """The drafter's ``dummy_run`` forwards ``num_speculative_tokens`` times outside a capture
+        (llm_base_proposer.py:1651-1694), all with the mode of its first dispatch; the model records
+        them as one dispatch, so a repeat equal to the first is folded into it (a repeat that
+        differs stays and shows as a disagreement)."""
+
+        def drafter_dummy_run(*args, **kwargs):
+            first = len(self.step.get("dispatches", []))
+            try:
+                return dummy_run(*args, **kwargs)
+            finally:
+                dispatches = self.step.get("dispatches", [])
+                mine = dispatches[first:]
+                if mine:
+                    dispatches[first:] = [mine[0]] + [d for d in mine[1:] if d != mine[0]]
+
+        return drafter_dummy_run
+
+    def initialize_attn_backend(self, is_profiling: bool) -> None:
         try:
-            yield
-        finally:
-            warm = self.step["dispatches"]
-            acted = [d for d in warm if d.get("error") or any(layer["action"] != "passed" for layer in d["layers"])]
-            self.step["dispatches"] = before + acted
-
-    def check_and_update_cudagraph_mode(self, is_profiling: bool) -> None:
-        """``_check_and_update_cudagraph_mode`` (:7177-7234), vLLM's own, on the stand-in: the
-        minimum attention support, resolve, target keys, then the drafter's keys."""
-        gmr = self.session.gpu_model_runner
-        backend = self.session.attention_backend(self.scenario.attention_support.name)
-        try:
-            gmr.GPUModelRunner._check_and_update_cudagraph_mode(
-                self.runner, [{backend}], [types.SimpleNamespace(kv_cache_spec=None)], is_profiling=is_profiling
-            )
+            self.runner.initialize_attn_backend(is_profiling=is_profiling)
         except ValueError as exc:
             raise Halt(errors.resolve_rejected(exc)) from exc
-
-    def capture_descs(self, context: str, limit: int | None) -> None:
-        """``_capture_cudagraphs`` → ``_warmup_and_capture`` per descriptor (:6936-7034): warm-up
-        NONE runs, then the capture run ``_dummy_run(is_graph_capturing=True)``. Micro-batched
-        capture needs ``should_ubatch``, which only DP coordination sets (:4022-4033)."""
-        cc = self.vllm_config.compilation_config
-        for mode, descs in self.runner.cudagraph_dispatcher.get_capture_descs():
-            for desc in descs[:limit]:
-                for _ in range(cc.cudagraph_num_of_warmups):
-                    self.dummy_run(context, desc.num_tokens, type(mode).NONE, uniform_decode=desc.uniform,
-                                   warmup=True)
-                self.dummy_run(context, desc.num_tokens, mode, uniform_decode=desc.uniform, is_graph_capturing=True)
 
     # -- events -------------------------------------------------------------------------------
 
     def apply(self, event: Event) -> dict:
         self.step = {"event": event_to_json(event)}
+        self.context = event.kind
         try:
             getattr(self, "on_" + event.kind)(event)
         except Halt as halt:
             self.step["halted"] = str(halt)
         except AssertionError as exc:  # one of vLLM's assertions stops the engine where it fires
             self.step["halted"] = errors.normalise(exc)
+        finally:
+            self.session.decisions.close_step(event.kind)
         return self.step
 
     def on_load_model(self, event: LoadModel) -> None:
-        """``load_model``: the models are loaded, then the installed release's wrapping block runs."""
+        """``load_model``: the models are loaded, then the installed release's wrapping block runs.
+        The wrapped models are then called through probes that record each forward."""
         from models.tiny import TinyModel, breakable_attention
 
         for role, name in (("target", "model"), ("drafter", "drafter.model")):
@@ -316,16 +328,20 @@ class RealRun:
             self.raw[role] = raw
             if role == "target":
                 self.runner.model = raw
+                self.runner.input_ids = stand_in.Buffer(raw.input_ids)  # the runner's persistent buffer
             else:
                 self.runner.drafter.model = raw
-        self.session.block.function(self.runner)
-        gmr = self.session.gpu_model_runner.GPUModelRunner
+                self.runner.drafter.input_ids = raw.input_ids
+        self.session.load_model_block(self.runner)
         self.step["stacks"], self.step["unwrap"] = {}, {}
         for role in self.raw:
             top = self.model_of(role)
             self.step["stacks"][role] = " -> ".join(self.label_stack(role, top))
-            got = gmr.get_model(self.runner) if role == "target" else gmr.get_draft_model(self.runner)
+            got = self.runner.get_model() if role == "target" else self.runner.get_draft_model()
             self.step["unwrap"][role] = _label(got)
+        self.runner.model = self.probe("target", self.runner.model)
+        if "drafter" in self.raw:
+            self.runner.drafter.model = self.probe("drafter", self.runner.drafter.model)
 
     def label_stack(self, role: str, node) -> list[str]:
         from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper
@@ -344,41 +360,22 @@ class RealRun:
         return labels
 
     def on_profile_run(self, event: ProfileRun) -> None:
-        """``profile_run`` → ``_dummy_run(max_num_tokens, is_profile=True)`` (:6464-6537, call at
-        :6524-6526): the first forward of target and drafter, where Dynamo compiles under the mode
-        in force now. It dispatches the model's ``PROFILE_NUM_TOKENS``, not ``max_num_tokens``: any
-        count gives NONE here (``force_eager``), and the observation shows the count."""
+        """``profile_run`` (:6464-6537), vLLM's own: ``_dummy_run(max_num_tokens, is_profile=True)``,
+        the first forward of target and drafter, where Dynamo compiles under the mode in force now
+        (``compiled.py`` stands for that compile)."""
         for role, raw in self.raw.items():
             for capturer in compiled.compile_model(raw, self.vllm_config):
                 self.recorder.label(capturer, f"{role}:{observe.COMPILED}", observe.COMPILED)
-        self.dummy_run("profile_run", PROFILE_NUM_TOKENS, is_profile=True)
+        self.runner.profile_run()
 
     def on_profile_cudagraph_memory(self, event: ProfileCudagraphMemory) -> None:
-        """``profile_cudagraph_memory`` (:6661-6828): the first resolve (``initialize_kv_cache``
-        with ``is_profiling=True``), then a capture window over at most two descriptors per mode,
-        whose ``finally`` closes the window, clears every graph of both wrapper classes and the
-        target dispatcher's keys (:6794-6808)."""
-        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
-        from vllm.compilation.cuda_graph import CUDAGraphWrapper
-        from vllm.compilation.monitor import set_cudagraph_capturing_enabled
-
+        """``profile_cudagraph_memory`` (:6661-6828), vLLM's own: the first resolve (its minimal KV
+        cache's ``initialize_attn_backend``), then a capture window over at most two descriptors per
+        mode, whose ``finally`` clears every graph and the target dispatcher's keys."""
         try:
-            self.check_and_update_cudagraph_mode(is_profiling=True)
-            dispatcher = self.runner.cudagraph_dispatcher
-            if sum(len(descs) for _, descs in dispatcher.get_capture_descs()) == 0:
-                return  # :6679-6682
-            try:
-                set_cudagraph_capturing_enabled(True)
-                self.capture_phase = True
-                self.capture_descs("profile_cudagraph_memory", 2)
-            finally:
-                self.capture_phase = False
-                set_cudagraph_capturing_enabled(False)
-                CUDAGraphWrapper.clear_all_graphs()
-                BreakableCUDAGraphWrapper.clear_all_graphs()
-                for key_set in dispatcher.cudagraph_keys.values():
-                    key_set.clear()
-                dispatcher.keys_initialized = False
+            self.runner.profile_cudagraph_memory()
+        except ValueError as exc:
+            raise Halt(errors.resolve_rejected(exc)) from exc
         finally:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
 
@@ -386,46 +383,138 @@ class RealRun:
         """``initialize_kv_cache`` (:7416) → ``initialize_attn_backend`` → ``_check_and_update_cudagraph_mode``
         (:7131-7135)."""
         try:
-            self.check_and_update_cudagraph_mode(is_profiling=False)
+            self.initialize_attn_backend(is_profiling=False)
         finally:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
         if self.drafter is not None:
             self.step["drafter_cudagraph_mode"] = self.drafter.cudagraph_dispatcher.cudagraph_mode.name
 
     def on_capture_model(self, event: CaptureModel) -> None:
-        """``capture_model`` (:6830-6934): return early on NONE, open the window, capture every
-        ``get_capture_descs()`` group, close the window."""
-        from vllm.config import CUDAGraphMode
-        from vllm.compilation.monitor import set_cudagraph_capturing_enabled
-
-        if self.vllm_config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE:
-            return
-        set_cudagraph_capturing_enabled(True)
-        self.capture_phase = True
-        try:
-            self.capture_descs("capture_model", None)
-        finally:
-            self.capture_phase = False
-        set_cudagraph_capturing_enabled(False)
+        """``capture_model`` (:6830-6934), vLLM's own: every ``get_capture_descs()`` group through
+        ``_capture_cudagraphs`` → ``_warmup_and_capture`` inside ``graph_capture()``."""
+        self.runner.capture_model()
 
     def on_execute_model(self, event: ExecuteModel) -> None:
-        """``execute_model`` → ``_determine_batch_execution_and_padding`` (:3953-4060) → forward."""
-        from vllm.config import CUDAGraphMode
-
-        mode, batch_descriptor = self.runner.cudagraph_dispatcher.dispatch(
-            num_tokens=event.num_tokens, has_lora=False, uniform_decode=event.uniform_decode,
-            num_active_loras=0, valid_modes={CUDAGraphMode.NONE} if event.force_eager else None,
-            invalid_modes=None,
-        )
-        self.forward("target", "execute_model", mode, batch_descriptor=batch_descriptor)
+        execute_model_dispatch(self.runner, event.num_tokens, event.uniform_decode, event.force_eager)
 
     def on_propose(self, event: Propose) -> None:
-        """``propose`` (llm_base_proposer.py:515-601): dispatch, then a forward context with no
-        batch descriptor, so the wrappers see ``BatchDescriptor(num_tokens=padded)``
-        (forward_context.py:324-325)."""
-        drafter = self.drafter
-        mode, num_tokens, _ = type(drafter)._determine_batch_execution_and_padding(drafter, event.num_tokens)
-        self.forward("drafter", "propose", mode, num_tokens=num_tokens)
+        propose_dispatch(self.drafter, event.num_tokens)
+
+
+class ModelProbe:
+    """The wrapped model as vLLM's code calls it: records the forward (``RealRun.observe``)."""
+
+    def __init__(self, run: RealRun, role: str, model) -> None:
+        self.run, self.role, self.model = run, role, model
+
+    def __call__(self, *args, **kwargs):
+        return self.run.observe(self.role, self.model, args, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def execute_model_dispatch(runner, num_tokens: int, uniform_decode: bool, force_eager: bool) -> None:
+    """``execute_model``'s batch to dispatch and forward (:4323-4381 and :4506-4531 in 0.29.0):
+    ``_determine_batch_execution_and_padding`` with the call's arguments, the padded counts,
+    ``maybe_create_ubatch_slices``, then ``set_forward_context`` around ``_model_forward``, under
+    ``torch.inference_mode()`` as ``execute_model`` is decorated. The batch is shaped as
+    ``_dummy_run`` shapes one of ``num_tokens`` (:5968-5990); the event's ``uniform_decode`` and
+    ``force_eager`` are passed as ``force_uniform_decode`` and ``force_eager``. Mirrored: guarded
+    by ``decisions.MIRRORED``."""
+    import numpy as np
+    import torch
+
+    from vllm.v1.worker import gpu_model_runner as gmr
+
+    q = runner.uniform_decode_query_len
+    max_query_len = q if uniform_decode else num_tokens
+    if uniform_decode:
+        num_reqs = min(runner.max_num_reqs, -(-num_tokens // q))
+        tokens = [q] * num_reqs
+        if num_tokens % q:
+            tokens[-1] = num_tokens % q
+    else:
+        num_reqs = min(num_tokens, runner.max_num_reqs)
+        tokens = [num_tokens // num_reqs] * num_reqs
+        tokens[-1] += num_tokens % num_reqs
+    num_scheduled_tokens_np = np.array(tokens, dtype=np.int32)
+    with torch.inference_mode():
+        cudagraph_mode, batch_desc, should_ubatch, num_tokens_across_dp, _ = (
+            runner._determine_batch_execution_and_padding(
+                num_tokens=num_tokens, num_reqs=num_reqs, num_scheduled_tokens_np=num_scheduled_tokens_np,
+                max_num_scheduled_tokens=max_query_len, use_cascade_attn=False,
+                allow_microbatching=runner._allow_microbatching(num_reqs, num_scheduled_tokens_np),
+                force_eager=force_eager, force_uniform_decode=uniform_decode,
+            )
+        )
+        num_tokens_padded = batch_desc.num_tokens
+        num_reqs_padded = batch_desc.num_reqs if batch_desc.num_reqs is not None else num_reqs
+        _, ubatch_slices_padded = gmr.maybe_create_ubatch_slices(
+            should_ubatch, num_scheduled_tokens_np, num_tokens_padded, num_reqs_padded,
+            runner.parallel_config.num_ubatches,
+        )
+        with gmr.set_forward_context(
+            None, runner.vllm_config, num_tokens=num_tokens_padded, num_tokens_across_dp=num_tokens_across_dp,
+            cudagraph_runtime_mode=cudagraph_mode, batch_descriptor=batch_desc, ubatch_slices=ubatch_slices_padded,
+        ):
+            runner._model_forward(input_ids=runner.input_ids.gpu[:num_tokens_padded],
+                                  positions=runner.positions[:num_tokens_padded])
+
+
+def propose_dispatch(drafter, num_tokens: int) -> None:
+    """``propose`` (llm_base_proposer.py:515-601): ``_determine_batch_execution_and_padding``, then
+    a forward context with no batch descriptor, so the wrappers see
+    ``BatchDescriptor(num_tokens=padded)`` (forward_context.py:324-325); under
+    ``torch.inference_mode()``, as ``sample_tokens`` is decorated. Mirrored: guarded by
+    ``decisions.MIRRORED``."""
+    import torch
+
+    from vllm.v1.spec_decode import llm_base_proposer
+
+    with torch.inference_mode():
+        cudagraph_runtime_mode, num_input_tokens, num_tokens_across_dp = (
+            drafter._determine_batch_execution_and_padding(num_tokens)
+        )
+        with llm_base_proposer.set_forward_context(
+            None, drafter.vllm_config, num_tokens=num_input_tokens, num_tokens_across_dp=num_tokens_across_dp,
+            cudagraph_runtime_mode=cudagraph_runtime_mode,
+        ):
+            drafter.model(input_ids=drafter.input_ids[:num_input_tokens],
+                          positions=drafter.positions[:num_input_tokens])
+
+
+def _track_decision_points(runner_class) -> None:
+    """Pass-through shims noting each decision point a step reaches (``decisions.py``)."""
+    import vllm.compilation.backends as backends
+    import vllm.v1.spec_decode.llm_base_proposer as proposer
+    import vllm.v1.worker.gpu_model_runner as gmr
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    for name in stand_in.DECISIONS:
+        if name in runner_class.__dict__:
+            decisions.track_attribute(runner_class, name, f"GPUModelRunner.{name}")
+    for name in ("dispatch", "get_capture_descs", "initialize_cudagraph_keys"):
+        decisions.track_attribute(CudagraphDispatcher, name, f"CudagraphDispatcher.{name}")
+    from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
+    from vllm.compilation.cuda_graph import CUDAGraphWrapper
+    from vllm.v1.spec_decode.eagle import EagleProposer
+    from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper
+
+    for name in ("dummy_run", "_determine_batch_execution_and_padding"):
+        decisions.track_attribute(EagleProposer, name, f"EagleProposer.{name}")
+    for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper, UBatchWrapper):
+        decisions.track_attribute(cls, "__call__", f"{cls.__name__}.__call__")
+    for module in (gmr, proposer):
+        decisions.track_attribute(module, "set_forward_context")
+    for name in ("graph_capture", "maybe_create_ubatch_slices"):
+        decisions.track_attribute(gmr, name)
+    decisions.track_attribute(backends, "wrap_with_cudagraph_if_needed")
+    # the harness's mirrored points
+    global execute_model_dispatch, propose_dispatch
+    execute_model_dispatch = decisions.tracked(execute_model_dispatch, decisions.MIRRORED[1].point)
+    propose_dispatch = decisions.tracked(propose_dispatch, decisions.MIRRORED[2].point)
+    compiled.split_graph = decisions.tracked(compiled.split_graph, decisions.MIRRORED[0].point)
 
 
 def _label(node) -> str:

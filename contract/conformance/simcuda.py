@@ -7,7 +7,11 @@ reports each ``capture_begin``/``capture_end`` with the nesting depth of open ca
 is visible rather than silently absorbed. Why each patch is needed on CPU torch:
 
 - ``torch.cuda.CUDAGraph`` is a dummy base class without CUDA; ``torch.cuda.graph`` enters it;
-- ``torch.cuda.Stream`` raises "requires CUDA" (``UBatchWrapper.__init__`` creates one);
+- ``torch.cuda.Stream`` raises "requires CUDA" (``UBatchWrapper.__init__`` creates one), and so do
+  ``torch.cuda.current_stream`` and ``torch.cuda.stream``, which vLLM's ``graph_capture()`` calls
+  around ``capture_model`` and ``profile_cudagraph_memory``;
+- ``torch.accelerator.synchronize`` and ``get_memory_info`` (the capture loops' memory readings)
+  raise without an accelerator; the readings are logged, never decided on;
 - ``torch.accelerator.empty_cache`` raises "Cannot access accelerator"; ``current_device_index``
   likewise (``UBatchWrapper.__init__``);
 - ``current_stream`` (as imported into ``compilation/cuda_graph.py``) raises without a device;
@@ -19,6 +23,7 @@ is visible rather than silently absorbed. Why each patch is needed on CPU torch:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 
@@ -88,8 +93,16 @@ class sim_graph:  # noqa: N801 - replaces torch.cuda.graph, a class in torch too
 
 
 class SimStream:
+    """``torch.cuda.Stream``; ``graph_capture()`` makes one, waits on the current one and enters it."""
+
     def __init__(self, *args, **kwargs) -> None:
         pass
+
+    def wait_stream(self, other) -> None:
+        pass
+
+
+_DEFAULT_STREAM = SimStream()
 
 
 def _identity(x):
@@ -112,6 +125,10 @@ def install() -> None:
     torch.cuda.CUDAGraph = SimGraph
     torch.cuda.graph = sim_graph
     torch.cuda.Stream = SimStream
+    torch.cuda.current_stream = lambda device=None: _DEFAULT_STREAM
+    torch.cuda.stream = lambda stream: contextlib.nullcontext()
+    torch.accelerator.synchronize = lambda device=None: None
+    torch.accelerator.get_memory_info = lambda device=None: (0, 0)
     torch.accelerator.empty_cache = lambda: None
     torch.accelerator.current_device_index = lambda: 0
     cg.current_stream = lambda: None

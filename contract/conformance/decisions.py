@@ -1,0 +1,169 @@
+"""Which decision points of each replayed step were made by vLLM's code and which by the harness.
+
+A decision point is a function whose outcome shapes the observation: vLLM's runner steps
+(``_dummy_run``, ``capture_model``, ...), the dispatchers, the forward context, the wrappers'
+``__call__``, and the harness's own glue where it mirrors vLLM's lines. Each is tracked by a
+pass-through shim that notes its name in the current step; who made it is read from where its code
+lives (``co_filename`` under the installed ``vllm`` package, or the harness's own file), never
+declared. The log counts, per event kind and point, the steps in which the point was made.
+
+Every point the harness mirrors is listed in ``MIRRORED`` with the vLLM statements it mirrors,
+found by ``ast`` in each supported release's source and hashed; ``tests/test_decisions.py`` fails
+when a release's statements differ from the recorded digest, i.e. when vLLM changes what the
+harness mirrors.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VLLM = "vLLM"
+HARNESS = "harness"
+
+
+def owner(function) -> str:
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    filename = code.co_filename if code is not None else ""
+    return VLLM if "/vllm/" in filename.replace("\\", "/") else HARNESS
+
+
+@dataclass
+class Log:
+    current: dict[str, str] = field(default_factory=dict)  # point -> owner, this step
+    steps: Counter = field(default_factory=Counter)  # (event kind, point, owner) -> steps
+
+    def note(self, point: str, who: str) -> None:
+        self.current.setdefault(point, who)
+
+    def close_step(self, kind: str) -> None:
+        for point, who in self.current.items():
+            self.steps[(kind, point, who)] += 1
+        self.current = {}
+
+    def to_json(self) -> list[dict]:
+        return [{"event": kind, "point": point, "owner": who, "steps": n}
+                for (kind, point, who), n in sorted(self.steps.items())]
+
+
+LOG: Log | None = None
+
+
+def tracked(function, point: str):
+    """``function`` noting ``point`` in the current step each time it is called."""
+    if getattr(function, "__decision_point__", None):
+        return function
+    who = owner(function)
+    if isinstance(function, staticmethod):
+        return staticmethod(tracked(function.__func__, point))
+
+    @functools.wraps(function)
+    def shim(*args, **kwargs):
+        if LOG is not None:
+            LOG.note(point, who)
+        return function(*args, **kwargs)
+
+    shim.__decision_point__ = point
+    return shim
+
+
+def track_attribute(holder, name: str, point: str | None = None) -> None:
+    """Replace ``holder.name`` (a module global or a class attribute) by its tracked shim."""
+    if isinstance(holder, type):
+        raw = next(klass.__dict__[name] for klass in holder.__mro__ if name in klass.__dict__)
+    else:
+        raw = getattr(holder, name)
+    setattr(holder, name, tracked(raw, point or name))
+
+
+def share(entries: list[dict]) -> float | None:
+    total = sum(e["steps"] for e in entries)
+    return sum(e["steps"] for e in entries if e["owner"] == VLLM) / total if total else None
+
+
+# -- mirrored points and their guards ---------------------------------------------------------
+
+def _calls(node: ast.AST, attribute: str) -> bool:
+    return any(isinstance(n, ast.Call) and (
+        (isinstance(n.func, ast.Attribute) and n.func.attr == attribute)
+        or (isinstance(n.func, ast.Name) and n.func.id == attribute)) for n in ast.walk(node))
+
+
+def _method(tree: ast.Module, class_name: str, method: str) -> ast.FunctionDef:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return item
+    raise LookupError(f"no {class_name}.{method}")
+
+
+def _mirrored_nodes(function: ast.FunctionDef, assigned_from: tuple[str, ...], context_call: str) -> list[ast.AST]:
+    """The assignments whose value calls one of ``assigned_from`` and the ``context_call(...)``
+    calls of ``with`` items, in source order."""
+    out: list[ast.AST] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and any(_calls(node.value, name) for name in assigned_from):
+            out.append(node)
+        elif isinstance(node, ast.With) and context_call:
+            out += [item.context_expr for item in node.items if _calls(item.context_expr, context_call)
+                    and isinstance(item.context_expr, ast.Call)
+                    and getattr(item.context_expr.func, "id", None) == context_call]
+    return sorted(out, key=lambda n: (n.lineno, n.col_offset))
+
+
+@dataclass(frozen=True)
+class Mirrored:
+    """A harness function mirroring vLLM statements, found in ``path`` (relative to the vllm
+    package) inside ``class_name.method``."""
+
+    point: str
+    path: str
+    class_name: str
+    method: str
+    assigned_from: tuple[str, ...]
+    context_call: str
+    digests: dict  # release -> sha256 of the mirrored statements' ast.dump (Python 3.11 and 3.12)
+
+    def nodes(self, source: str) -> list[ast.AST]:
+        return _mirrored_nodes(_method(ast.parse(source), self.class_name, self.method),
+                               self.assigned_from, self.context_call)
+
+    def known(self, version: str, vllm_package: Path) -> bool:
+        return self.digests.get(version) == self.digest(vllm_package)
+
+    def digest(self, vllm_package: Path) -> str:
+        nodes = self.nodes((vllm_package / self.path).read_text(encoding="utf-8"))
+        return hashlib.sha256("\n".join(ast.dump(n) for n in nodes).encode()).hexdigest()
+
+
+MIRRORED = (
+    Mirrored(
+        point="compile: split the graph at the splitting ops",
+        path="compilation/backends.py", class_name="VllmBackend", method="__call__",
+        assigned_from=("split_graph",), context_call="",
+        digests={"0.29.0": "81f1f7d791490b74982183358910496449514844317dbb24b01a4ee0f0e9b558",
+                 "0.30.0": "81f1f7d791490b74982183358910496449514844317dbb24b01a4ee0f0e9b558"},
+    ),
+    Mirrored(
+        point="execute_model: batch to dispatch, forward",
+        path="v1/worker/gpu_model_runner.py", class_name="GPUModelRunner", method="execute_model",
+        assigned_from=("_determine_batch_execution_and_padding", "maybe_create_ubatch_slices"),
+        context_call="set_forward_context",
+        digests={"0.29.0": "3e006cbb19cb4bc63f6526b9e36742be07a65ce4caf8955e029586b365adfb44",
+                 "0.30.0": "3e006cbb19cb4bc63f6526b9e36742be07a65ce4caf8955e029586b365adfb44"},
+    ),
+    Mirrored(
+        point="propose: dispatch, forward",
+        path="v1/spec_decode/llm_base_proposer.py", class_name="SpecDecodeBaseProposer", method="propose",
+        assigned_from=("_determine_batch_execution_and_padding",),
+        context_call="set_forward_context",
+        digests={"0.29.0": "0bfd6f90f2fce1083a95e48ee459d6a59e57d0652aaa3c1002f47864536155f0",
+                 "0.30.0": "0bfd6f90f2fce1083a95e48ee459d6a59e57d0652aaa3c1002f47864536155f0"},
+    ),
+)

@@ -1,0 +1,101 @@
+"""Every decision point the harness mirrors is guarded against vLLM's source.
+
+``decisions.MIRRORED`` names, for each harness function that mirrors vLLM lines, the statements it
+mirrors and their ``ast`` digest per supported release. The digest is recomputed here from each
+release's installed source (``.venv-vllm-<version>``; skipped without it, failed when
+``CONTRACT_REQUIRE_VLLM=1``): a release whose statements changed fails until the mirror is
+re-read and its digest recorded. The guard is shown to fail on a changed statement.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from contract.conformance.decisions import MIRRORED, Log, owner, share, tracked
+
+ROOT = Path(__file__).resolve().parents[1]
+RELEASES = ("0.29.0", "0.30.0")
+
+
+def vllm_package(version: str) -> Path:
+    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
+    if not python.exists():
+        message = f".venv-vllm-{version} is missing: conformance-env/make-env.sh {version} .venv-vllm-{version}"
+        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    out = subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip()).parent
+
+
+@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("mirrored", MIRRORED, ids=lambda m: m.point)
+def test_mirrored_statements_are_the_releases(mirrored, version):
+    package = vllm_package(version)
+    assert mirrored.nodes((package / mirrored.path).read_text(encoding="utf-8")), "mirrored statements not found"
+    assert mirrored.digest(package) == mirrored.digests[version], (
+        f"vLLM {version} changed what `{mirrored.point}` mirrors ({mirrored.class_name}.{mirrored.method} in "
+        f"{mirrored.path}): re-read it, update the harness, then record the new digest"
+    )
+
+
+@pytest.mark.parametrize("mirrored", MIRRORED, ids=lambda m: m.point)
+def test_guard_fails_when_a_mirrored_statement_changes(mirrored, tmp_path):
+    """A renamed argument (keyword, or positional name) in one mirrored call changes the digest."""
+    package = vllm_package("0.30.0")
+    source = (package / mirrored.path).read_text(encoding="utf-8")
+    call = next(n for node in mirrored.nodes(source) for n in ast.walk(node) if isinstance(n, ast.Call)
+                and (n.keywords or any(isinstance(a, ast.Name) for a in n.args)))
+    named = [k for k in call.keywords if k.arg] or [a for a in call.args if isinstance(a, ast.Name)]
+    node = named[0]
+    name = node.arg if isinstance(node, ast.keyword) else node.id
+    lines = source.splitlines(keepends=True)
+    line = lines[node.lineno - 1]
+    at = line.index(name, node.col_offset)
+    lines[node.lineno - 1] = line[:at] + name + "_changed" + line[at + len(name):]
+    changed = tmp_path / mirrored.path
+    changed.parent.mkdir(parents=True)
+    changed.write_text("".join(lines), encoding="utf-8")
+    assert mirrored.digest(tmp_path) != mirrored.digests["0.30.0"]
+    assert not mirrored.known("0.30.0", tmp_path)
+
+
+def test_owner_is_read_from_where_the_code_lives(tmp_path):
+    vllm_file = tmp_path / "vllm" / "v1" / "worker" / "m.py"
+    vllm_file.parent.mkdir(parents=True)
+    namespace: dict = {}
+    exec(compile("def decide(x):\n    return x > 1\n", str(vllm_file), "exec"), namespace)
+    assert owner(namespace["decide"]) == "vLLM"
+    assert owner(test_owner_is_read_from_where_the_code_lives) == "harness"
+
+
+def test_log_counts_each_point_once_per_step():
+    import contract.conformance.decisions as decisions
+
+    log = Log()
+    decisions.LOG, saved = log, decisions.LOG
+    try:
+        mirror = tracked(lambda: None, "mirror")
+        for _ in range(3):
+            mirror()
+        log.close_step("execute_model")
+        log.note("dispatch", "vLLM")
+        log.close_step("execute_model")
+    finally:
+        decisions.LOG = saved
+    entries = log.to_json()
+    assert {(e["point"], e["owner"], e["steps"]) for e in entries} == {("mirror", "harness", 1), ("dispatch", "vLLM", 1)}
+    assert share(entries) == 0.5
+
+
+def test_every_stand_in_is_documented_and_none_replaces_a_decision():
+    from contract.conformance import gpu_model_runner as stand_in
+
+    assert set(stand_in.STAND_INS) == set(stand_in.INFRASTRUCTURE)
+    assert not set(stand_in.STAND_INS) & set(stand_in.ORCHESTRATION)
