@@ -57,27 +57,30 @@ def wanted_distributions() -> list[str]:
 def pack(out: Path, python_version: str, machine: set[str]) -> dict:
     import vllm
 
+    # path -> name in the bundle, relative to the site folder that holds it: vLLM's own folder and
+    # the shared closure's site-packages are two folders in the per-release layout.
     site = Path(vllm.__file__).parents[1]
-    files = set((site / "vllm").rglob("*.py"))
+    files = {p: p.relative_to(site) for p in (site / "vllm").rglob("*.py")}
     vllm_dist = md.distribution("vllm")
-    files |= {Path(vllm_dist.locate_file(f)) for f in vllm_dist.files or [] if ".dist-info" in str(f)}
+    files |= {Path(vllm_dist.locate_file(f)): Path(f) for f in vllm_dist.files or [] if ".dist-info" in str(f)}
     pure, compiled = [], []
     for name in wanted_distributions():
         try:
             dist = md.distribution(name)
         except md.PackageNotFoundError:
             continue
+        dist_site = Path(os.path.normpath(dist.locate_file("")))
         paths = [Path(os.path.normpath(dist.locate_file(f))) for f in dist.files or []]
         if any(p.suffix in (".so", ".pyd") for p in paths):
             compiled.append((name, dist.version))
             continue
         pure.append(f"{name}=={dist.version}")
-        files |= {p for p in paths if p.is_file() and p.is_relative_to(site) and p.suffix != ".pyc"
-                  and "__pycache__" not in p.parts}
+        files |= {p: p.relative_to(dist_site) for p in paths if p.is_file() and p.is_relative_to(dist_site)
+                  and p.suffix != ".pyc" and "__pycache__" not in p.parts}
     out.mkdir(parents=True, exist_ok=True)
     with tarfile.open(out / "site.tar.gz", "w:gz") as tar:
         for p in sorted(files):
-            tar.add(p, arcname=str(p.relative_to(site)))
+            tar.add(p, arcname=str(files[p]))
     lacking = [(n, v) for n, v in compiled if normalise(n) not in machine]
     wheels = out / "wheels"
     for old in wheels.glob("*.whl"):
