@@ -26,7 +26,7 @@ from contract.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTS = committed()
-INSTALLED = ("0.29.0", "0.30.0")
+INSTALLED = serve.LOGS_CHECKED
 
 
 def test_commands_name_real_things():

@@ -102,7 +102,27 @@ def row(trace: Trace, conformance: dict[str, dict]) -> list[Cell]:
 
 def markdown(trace: Trace, conformance: dict[str, dict]) -> list[str]:
     """The matrix as a short list, one line per release (readable on GitHub at any width)."""
-    lines = [f"Affected releases ({trace.scenario.runner.value}; replayed on each release's own code):", ""]
+    lines = [f"{trace.scenario.runner.value}, each release replayed on its own code (CPU, CUDA graphs simulated) "
+             "unless marked otherwise:", ""]
     for c in row(trace, conformance):
         lines.append(f"- vLLM {c.release}: **{c.state}**" + (f" ({c.detail})" if c.detail else ""))
     return lines
+
+
+def witness_release(trace: Trace, conformance: dict[str, dict]) -> str:
+    """The release a page shows the reproduction on: the first where the replay confirmed it, else
+    the first its policy models, else the newest."""
+    cells = row(trace, conformance)
+    affected = [c.release for c in cells if c.state == AFFECTED]
+    modelled = [r for r in RELEASES if release_policy(r, trace.scenario.runner) == trace.policy]
+    return (affected or modelled or [RELEASES[-1]])[0]
+
+
+def outcomes(trace: Trace, conformance: dict[str, dict]) -> str:
+    """Where a test of the trace's property fails and passes, as replayed."""
+    cells = row(trace, conformance)
+    fails = [c.release for c in cells if c.state == AFFECTED]
+    passes = [c.release for c in cells if c.state == FIXED]
+    parts = [f"fails on vLLM {', '.join(fails)}" if fails else "fails on no replayed release",
+             f"passes on vLLM {', '.join(passes)}" if passes else "no replayed release passes it yet"]
+    return "; ".join(parts)
