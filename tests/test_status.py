@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from contract.evidence import matrix, status
+from contract.scenario import Runner
 from contract.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +36,8 @@ def test_unreplayed_and_unreleased_are_reading():
 
 def test_a_refuting_replay_takes_the_label_back():
     p3 = load(ROOT / "reports" / "vllm_0_29" / "P3.json")
-    refuted = {"0.29.0": {"vllm": "0.29.0", "traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 2}]}}
+    refuted = {("0.29.0", Runner.MRV1): {"traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 2}]}}
     assert status.status(p3, refuted).kind == "reading"
-    still = {**CONFORMANCE, "0.30.0": {"vllm": "0.30.0", "traces": [{"name": p3.name, "status": "replayed",
-                                                                     "steps": 3, "agreeing": 1}]}}
+    still = {**CONFORMANCE, ("0.30.0", Runner.MRV1): {"traces": [{"name": p3.name, "status": "replayed",
+                                                                  "steps": 3, "agreeing": 1}]}}
     assert status.status(p3, still).kind == "new"  # no later release replayed as fixed

@@ -50,12 +50,13 @@ def test_p6_gets_no_test():
 
 def test_matrix_reads_the_replay_and_the_model():
     p3 = load(ROOT / "reports" / "vllm_0_29" / "P3.json")
-    fake = {"0.29.0": {"vllm": "0.29.0", "traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 2}]},
-            "0.30.0": {"vllm": "0.30.0", "traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 3}]}}
+    fake = {("0.29.0", Runner.MRV1): {"traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 2}]},
+            ("0.30.0", Runner.MRV1): {"traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 3}]},
+            ("0.33.0", Runner.MRV2): {"traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 3}]}}
     states = {c.release: c.state for c in matrix.row(p3, fake)}
     assert states["0.29.0"] == matrix.REFUTED  # one step disagrees
     assert states["0.30.0"] == matrix.FIXED
-    assert states["0.33.0"] == matrix.NOT_RUN
+    assert states["0.33.0"] == matrix.NOT_RUN  # that release's replay is of the other runner
     assert states["0.34.0"] == matrix.NOT_APPLICABLE
     # the committed replays: the bug #56312 fixed
     assert matrix.cell(p3, "0.29.0", CONFORMANCE).state == matrix.AFFECTED
@@ -98,3 +99,9 @@ def test_generated_tests_fail_where_affected_and_pass_where_fixed(release, tmp_p
         assert got["test_cudagraph_contract_vllm_0_29_p3.py"] == "failed"  # the bug #56312 fixed
     else:
         assert got["test_cudagraph_contract_vllm_0_29_p3.py"] == "passed"
+
+
+def test_conformance_all_covers_the_matrix_releases():
+    makefile = (ROOT / "Makefile").read_text()
+    line = next(x for x in makefile.splitlines() if x.startswith("ALL_VLLM_VERSIONS :="))
+    assert tuple(line.split(":=")[1].split()) == matrix.RELEASES

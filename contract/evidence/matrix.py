@@ -52,16 +52,18 @@ class Cell:
     detail: str = ""
 
 
-def load_conformance(directory: Path) -> dict[str, dict]:
-    """release -> the conformance JSON of that release; unreadable files are skipped."""
-    out: dict[str, dict] = {}
+def load_conformance(directory: Path) -> dict[tuple[str, Runner], dict]:
+    """(release, runner) -> that replay's conformance JSON (``vllm-X.json`` for MRV1, ``vllm-X-mrv2.json``
+    for MRV2, told apart by ``load_model_block.runner``); unreadable files are skipped."""
+    out: dict[tuple[str, Runner], dict] = {}
     for path in sorted(Path(directory).glob("vllm-*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
         if isinstance(data, dict) and isinstance(data.get("vllm"), str):
-            out[data["vllm"]] = data
+            runner = (data.get("load_model_block") or {}).get("runner") or "MRV1"
+            out[(data["vllm"], Runner(runner))] = data
     return out
 
 
@@ -75,7 +77,7 @@ def violates(trace: Trace, policy_name: str) -> bool | None:
     return any(v["property"] == trace.property for v in violations)
 
 
-def cell(trace: Trace, release: str, conformance: dict[str, dict]) -> Cell:
+def cell(trace: Trace, release: str, conformance: dict[tuple[str, Runner], dict]) -> Cell:
     policy = release_policy(release, trace.scenario.runner)
     if policy is None:
         why = ("MRV1 was removed in 0.34.0" if trace.scenario.runner is Runner.MRV1
@@ -84,7 +86,7 @@ def cell(trace: Trace, release: str, conformance: dict[str, dict]) -> Cell:
     predicted = violates(trace, policy)
     if predicted is None:
         return Cell(release, NOT_APPLICABLE, f"its start-up order cannot happen under {policy}")
-    data = conformance.get(release)
+    data = conformance.get((release, trace.scenario.runner))
     result = None
     if data is not None:
         result = next((t for t in data.get("traces", []) if t.get("name") == trace.name), None)
@@ -96,11 +98,11 @@ def cell(trace: Trace, release: str, conformance: dict[str, dict]) -> Cell:
     return Cell(release, AFFECTED if predicted else FIXED, f"{result['steps']} of {result['steps']} steps agree")
 
 
-def row(trace: Trace, conformance: dict[str, dict]) -> list[Cell]:
+def row(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> list[Cell]:
     return [cell(trace, release, conformance) for release in RELEASES]
 
 
-def markdown(trace: Trace, conformance: dict[str, dict]) -> list[str]:
+def markdown(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> list[str]:
     """The matrix as a short list, one line per release (readable on GitHub at any width)."""
     lines = [f"{trace.scenario.runner.value}, each release replayed on its own code (CPU, CUDA graphs simulated) "
              "unless marked otherwise:", ""]
@@ -109,7 +111,7 @@ def markdown(trace: Trace, conformance: dict[str, dict]) -> list[str]:
     return lines
 
 
-def witness_release(trace: Trace, conformance: dict[str, dict]) -> str:
+def witness_release(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> str:
     """The release a page shows the reproduction on: the first where the replay confirmed it, else
     the first its policy models, else the newest."""
     cells = row(trace, conformance)
@@ -118,7 +120,7 @@ def witness_release(trace: Trace, conformance: dict[str, dict]) -> str:
     return (affected or modelled or [RELEASES[-1]])[0]
 
 
-def outcomes(trace: Trace, conformance: dict[str, dict]) -> str:
+def outcomes(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> str:
     """Where a test of the trace's property fails and passes, as replayed."""
     cells = row(trace, conformance)
     fails = [c.release for c in cells if c.state == AFFECTED]
