@@ -9,20 +9,19 @@ releases' source; the in-vLLM checks run in each release's venv and skip without
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from contract.evidence import logs, serve
 from contract.evidence.release_facts import committed, read
-from contract.modes import AttentionCGSupport
+from contract.modes import AttentionCGSupport, CompilationMode
 from contract.policy import load_policy
-from contract.scenario import Runner, Scenario, SplittingOps, canonical_scenarios
+from contract.scenario import DrafterKind, Runner, Scenario, SplittingOps, canonical_scenarios
 from contract.trace import load
+from vllm_envs import require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTS = committed()
@@ -61,34 +60,20 @@ def test_backend_choice_follows_the_release_source():
 
 
 def test_resolve_log_lines_follow_the_branch_taken():
-    s = Scenario(compilation_mode=__import__("contract.modes", fromlist=["CompilationMode"]).CompilationMode.NONE,
-                 splitting_ops=SplittingOps.ATTENTION, drafter=__import__("contract.scenario", fromlist=["DrafterKind"]).DrafterKind.WITH_MODEL,
-                 uniform_decode_query_len=2, attention_support=AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+    s = Scenario(compilation_mode=CompilationMode.NONE, splitting_ops=SplittingOps.ATTENTION,
+                 drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
+                 attention_support=AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
     lines = logs.start_up_lines(s, "0.30.0", "FlashInferBackend")
     assert [x.site for x in lines] == ["normalise_without_piecewise", "resolve_spec_decode"]
     assert lines[-1].text.endswith("setting cudagraph_mode=PIECEWISE")
     assert [x.site for x in logs.start_up_lines(s, "0.29.0", "FlashInferBackend")] == ["normalise_none"]
 
 
-def site_packages(release: str) -> Path | None:
-    found = sorted((ROOT / f".venv-vllm-{release}").glob("lib/python3*/site-packages/vllm"))
-    return found[0] if found and (ROOT / f".venv-vllm-{release}" / ".complete").exists() else None
-
-
-def require(release: str) -> Path:
-    root = site_packages(release)
-    if root is None:
-        message = f".venv-vllm-{release} is missing: make it with make .venv-vllm-{release}/.complete"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return root
-
-
 @pytest.mark.conformance
 @pytest.mark.parametrize("release", INSTALLED)
 def test_committed_facts_match_the_installed_source(release):
-    assert read(release, require(release)) == FACTS[release]
+    root = next((require(release) / "lib").glob("python3*/site-packages/vllm"))
+    assert read(release, root) == FACTS[release]
 
 
 # In the release's venv: every canonical MRV1 scenario's command through vLLM's EngineArgs parser,
@@ -173,10 +158,9 @@ print(json.dumps(out))
 @pytest.mark.conformance
 @pytest.mark.parametrize("release", INSTALLED)
 def test_commands_parse_and_log_lines_match_vllm(release):
-    require(release)
-    python = ROOT / f".venv-vllm-{release}" / "bin" / "python"
+    python = require(release) / "bin" / "python"
     proc = subprocess.run([str(python), "-c", IN_VLLM, release], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"})
+                          env=run_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["env"] == []

@@ -9,7 +9,6 @@ on 0.30.0. Without the venvs the real runs skip, or fail when ``CONTRACT_REQUIRE
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -20,6 +19,7 @@ from contract.evidence import matrix
 from contract.evidence.vllm_test import CHECKS, file_name, vllm_test
 from contract.scenario import Runner
 from contract.trace import load
+from vllm_envs import require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFORMANCE = matrix.load_conformance(ROOT / "reports" / "conformance")
@@ -63,20 +63,10 @@ def test_matrix_reads_the_replay_and_the_model():
     assert matrix.cell(p3, "0.30.0", CONFORMANCE).state == matrix.FIXED
 
 
-def venv_python(release: str) -> Path:
-    python = ROOT / f".venv-vllm-{release}" / "bin" / "python"
-    if not (python.exists() and (python.parent.parent / ".complete").exists()):
-        message = f".venv-vllm-{release} is missing: make it with make .venv-vllm-{release}/.complete"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
-
-
 @pytest.mark.conformance
 @pytest.mark.parametrize("release", INSTALLED)
 def test_generated_tests_fail_where_affected_and_pass_where_fixed(release, tmp_path):
-    python = venv_python(release)
+    python = require(release) / "bin" / "python"
     want = {}
     for trace in MRV1:
         outcome = expected(trace, release)
@@ -86,7 +76,7 @@ def test_generated_tests_fail_where_affected_and_pass_where_fixed(release, tmp_p
     assert want, "no counterexample has a replayed cell on this release"
     report = tmp_path / "junit.xml"
     subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", str(tmp_path)],
-                   env={**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"},
+                   env=run_env(),
                    cwd=tmp_path, capture_output=True, text=True, timeout=900)
     got = {}
     for case in ET.parse(report).getroot().iter("testcase"):

@@ -232,8 +232,13 @@ def main(argv: list[str]) -> int:
         print("usage: python -m contract.evidence.release_facts VERSION PATH/TO/site-packages/vllm", file=sys.stderr)
         return 2
     release, root = argv
+    try:
+        facts = read(release, Path(root))
+    except (OSError, SyntaxError, ValueError) as exc:
+        print(f"error: cannot read vLLM {release}'s source at {root}: {exc}", file=sys.stderr)
+        return 2
     data = json.loads(TABLE.read_text()) if TABLE.exists() else {}
-    data[release] = to_json(read(release, Path(root)))
+    data[release] = to_json(facts)
     text = json.dumps(dict(sorted(data.items())), indent=1) + "\n"
     from contract.trace import write_atomic
 
