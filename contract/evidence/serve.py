@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from contract.events import ProfileCudagraphMemory, ProfileRun
 from contract.evidence import logs
 from contract.evidence.release_facts import BackendSupport, ReleaseFacts
-from contract.scenario import DrafterKind, Runner, Scenario, SplittingOps
+from contract.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Runner, Scenario, SplittingOps
 
 # Public checkpoints: a small dense model; vLLM's own EAGLE-3 pair (tests/v1/e2e/test_spec_decode.py);
 # a MoE model and its EAGLE-3 head for dual batch overlap, which needs expert parallelism.
@@ -86,12 +86,13 @@ def command(s: Scenario, facts: ReleaseFacts, *, skip_memory_profile: bool = Fal
            f"VLLM_USE_BREAKABLE_CUDAGRAPH={'1' if s.breakable else '0'}"]
     eagle = s.drafter is DrafterKind.WITH_MODEL
     model = MOE if s.ubatching else EAGLE_TARGET if eagle else DENSE
-    argv = [model, "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "4"]
+    argv = [model, "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(MAX_NUM_SEQS)]
     backend = backend_for(s.attention_support.name, facts).choice
     if backend is not None:
         argv += ["--attention-backend", backend.backend]
     compilation = {"mode": s.compilation_mode.name, "cudagraph_mode": s.cudagraph_mode.name,
-                   "cudagraph_capture_sizes": [2, 4], "max_cudagraph_capture_size": 4}
+                   "cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES),
+                   "max_cudagraph_capture_size": max(CUDAGRAPH_CAPTURE_SIZES)}
     if s.splitting_ops is SplittingOps.ATTENTION:
         compilation["splitting_ops"] = list(facts.attention_ops)
     elif s.splitting_ops is SplittingOps.EMPTY:
@@ -125,7 +126,8 @@ def on_default_path(events: list) -> list | None:
 
 def default_path_fails(trace, policy) -> bool | None:
     """Whether the model reports the trace's property on vLLM's default start-up; None when the
-    trace is already on it (MRV2 has no memory-profile step in the model: None as well)."""
+    trace is already on it: it has the memory profile, or its mode makes vLLM skip it (the runner
+    refuses the step), or it is MRV2 (no memory-profile step in the model)."""
     from contract.trace import TraceError, run_events
 
     if trace.scenario.runner is not Runner.MRV1:
@@ -136,7 +138,7 @@ def default_path_fails(trace, policy) -> bool | None:
     try:
         _, violations = run_events(trace.scenario, policy, events)
     except TraceError:
-        return False
+        return None
     return any(v.property == trace.property for v in violations)
 
 
