@@ -5,7 +5,7 @@ VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
-.PHONY: verify test vllm-envs gpu-conformance gpu-rehearsal clean
+.PHONY: verify test vllm-envs gpu-conformance gpu-rehearsal conformance-all clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,20 @@ gpu-conformance: $(VENV)/.installed
 # the bundle as carried, NVML and triton emulated (scripts/gpu-rehearsal.sh, reports/gpu/README.md).
 gpu-rehearsal: .venv-vllm-0.30.0/.complete
 	bash scripts/gpu-rehearsal.sh
+
+# Not in CI: the affected-release matrix. Every release from 0.28.0 to 0.34.0 gets its environment
+# (the same .venv-vllm-% rule as make test) and a full replay; a release whose environment does not
+# build or whose runner the replay does not cover is named and skipped. Then the pages are rewritten
+# from the new reports/conformance/.
+ALL_VLLM_VERSIONS := 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0
+
+conformance-all: $(VENV)/.installed
+	-$(MAKE) -k $(foreach v,$(ALL_VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
+	@for v in $(ALL_VLLM_VERSIONS); do \
+	  $(VENV)/bin/cudagraph-contract conform --vllm $$v --corpus full; rc=$$?; \
+	  [ $$rc -le 1 ] || echo "conformance-all: vLLM $$v not replayed (exit $$rc)"; \
+	done
+	$(MAKE) verify
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache

@@ -8,17 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.coverage import Cell
-from contract.events import ProfileCudagraphMemory, describe_event
+from contract.evidence import matrix, serve, status, vllm_test
+from contract.evidence.release_facts import committed
 from contract.expected import STATUS
-from contract.mrv2.report import METHOD
 from contract.mrv2.report import responsible_lines as mrv2_responsible_lines
 from contract.explore import Exploration
-from contract.modes import NONE
-from contract.observation import Action, Dispatch
+from contract.markdown import mermaid, step_list
+from contract.observation import Dispatch
 from contract.policy import Policy
 from contract.properties import PROPERTIES
-from contract.render import dispatch_summary, step_outcome
-from contract.scenario import DrafterKind, Runner, Scenario, SplittingOps
+from contract.render import dispatch_summary
+from contract.scenario import Runner, Scenario
 from contract.trace import Trace, replay, write_atomic
 from contract.verify import Verdict
 
@@ -31,50 +31,6 @@ class PolicyResult:
     verdicts: dict[str, Verdict]
     exploration: Exploration
     cells: set[Cell]  # reached by the Hypothesis runs
-
-
-# ---------------------------------------------------------------------------------------------
-# The scenario as a vLLM user sets it
-
-
-def user_settings(s: Scenario, events: list) -> list[str]:
-    env = [f"VLLM_USE_V2_MODEL_RUNNER={'1' if s.runner is Runner.MRV2 else '0'}"]
-    if s.breakable:
-        env.append("VLLM_USE_BREAKABLE_CUDAGRAPH=1")
-    compilation = {
-        "mode": s.compilation_mode.name,
-        "cudagraph_mode": s.cudagraph_mode.name,
-        "cudagraph_capture_sizes": [2, 4],
-        "max_cudagraph_capture_size": 4,
-    }
-    if s.splitting_ops is SplittingOps.EMPTY:
-        compilation["splitting_ops"] = []
-    elif s.splitting_ops is SplittingOps.ATTENTION:
-        compilation["splitting_ops"] = "<every attention op, e.g. vllm::unified_attention_with_output>"
-    skips_memory_profile = s.runner is Runner.MRV1 and not any(isinstance(e, ProfileCudagraphMemory) for e in events)
-    lines = [
-        "```",
-        " ".join(env) + " \\",
-        "vllm serve <model> --max-num-seqs 4" + (" --kv-cache-memory-bytes <bytes>" if skips_memory_profile else "") + " \\",
-        f"  --compilation-config '{json.dumps(compilation)}'" + (" \\" if s.drafter is not DrafterKind.NONE or s.ubatching else ""),
-    ]
-    if s.drafter is not DrafterKind.NONE:
-        spec = {"method": METHOD[s.speculator] if s.drafter is DrafterKind.WITH_MODEL else "ngram",
-                "num_speculative_tokens": s.uniform_decode_query_len - 1}
-        if s.spec_enforce_eager:
-            spec["enforce_eager"] = True
-        if s.adaptive_verification:
-            spec["enable_adaptive_verification"] = True
-        lines.append(f"  --speculative-config '{json.dumps(spec)}'" + (" \\" if s.ubatching else ""))
-    if s.ubatching:
-        lines.append("  --enable-dbo")
-    lines.append("```")
-    lines.append(f"Attention backends: the minimum `AttentionCGSupport` over the model's backends is "
-                 f"`{s.attention_support.name}`.")
-    for name, compiled in (("model", s.model_compiled), ("draft model", s.draft_compiled)):
-        if not compiled:
-            lines.append(f"The {name}'s class has no active `@support_torch_compile` submodule.")
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,43 +75,6 @@ def responsible_lines(prop: str, scenario: Scenario, d: Dispatch | None) -> list
 
 
 # ---------------------------------------------------------------------------------------------
-# Mermaid: the stacks with the dispatch path
-
-
-def mermaid(stacks: dict[str, str], d: Dispatch | None) -> list[str]:
-    lines = ["```mermaid", "flowchart LR"]
-    for role, text in stacks.items():
-        names = text.split(" -> ")
-        ids = [f"{role}{i}" for i in range(len(names))]
-        acted = {}
-        if d is not None and d.role == role:
-            for a in d.layers:
-                acted[a.layer.split(":", 1)[1]] = a.action
-        for node_id, name in zip(ids, names):
-            label = name
-            action = acted.get(name)
-            if action is not None:
-                label += f"<br/>{action.value}"
-            lines.append(f'  {node_id}["{label}"]')
-        for a, b in zip(ids, ids[1:]):
-            lines.append(f"  {a} --> {b}")
-        if d is not None and d.role == role:
-            if not d.acting and d.runtime_mode != NONE:
-                lines.append(f'  {role}miss(("no capturer:<br/>{d.runtime_mode.name} runs eager"))')
-                lines.append(f"  {ids[-1]} -.- {role}miss")
-                lines.append(f"  style {role}miss fill:#fdd,stroke:#c00")
-            for node_id, name in zip(ids, names):
-                if acted.get(name) in (Action.CAPTURED, Action.REPLAYED, Action.RAISED):
-                    lines.append(f"  style {node_id} fill:#fdd,stroke:#c00")  # implicated in the violation
-            extra = [a for a in d.acting if a.layer.endswith(":compiled")]
-            for a in extra:
-                lines.append(f'  {role}c["compiled PIECEWISE wrappers<br/>{a.action.value}"]')
-                lines.append(f"  {ids[-1]} --> {role}c")
-    lines.append("```")
-    return lines
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def _violating_dispatch(trace: Trace, records) -> tuple[int, Dispatch | None, str]:
@@ -167,19 +86,22 @@ def _violating_dispatch(trace: Trace, records) -> tuple[int, Dispatch | None, st
     return len(records) - 1, None, ""
 
 
-def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: int | None, confirmed: str) -> str:
+def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: int | None, confirmed: str,
+                        conformance: dict[str, dict] | None = None) -> str:
     policy = result.policy
+    conformance = conformance or {}
     rep = replay(trace, policy)
     step_index, d, message = _violating_dispatch(trace, rep.records)
     stacks = next((r.stacks for r in rep.records if r.stacks), {})
     p = PROPERTIES[prop]
+    facts = committed()[matrix.witness_release(trace, conformance)]
     lines = [
         f"# `{policy.name}` violates {prop} {p.name}",
         "",
-        f"**{p.protects}.**",
+        f"**{p.protects}.** Terms: [glossary](../../docs/glossary.md).",
         "",
         f"- Violation: {message}",
-        f"- Real-code replay: {confirmed}",
+        f"- Status: {confirmed}",
         f"- Shortest counterexample (breadth-first explorer): {len(trace.events)} events; "
         + (f"Hypothesis `ci` shrank its own to {shrunk} events." if shrunk is not None else "Hypothesis `ci` found none."),
         f"- Policy: {policy.description}",
@@ -189,20 +111,20 @@ def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: i
         f"cudagraph-contract replay reports/{policy.name}/{prop}.json",
         "```",
         "",
-        "## Scenario, as a vLLM user sets it",
+        "## Reproduce it with vLLM",
         "",
-        *user_settings(trace.scenario, trace.events),
+        *serve.markdown(trace, policy, facts),
         "",
-        "## The events",
+        "## Affected releases",
         "",
-        "| # | event | what happened | model state changed |",
-        "|---|---|---|---|",
+        *matrix.markdown(trace, conformance),
     ]
-    for r in rep.records:
-        mark = " **←**" if r.index == step_index else ""
-        what = "<br>".join(step_outcome(r)) or "-"
-        changes = "<br>".join(r.changes) or "-"
-        lines.append(f"| {r.index} | `{describe_event(r.event)}`{mark} | {what} | {changes} |")
+    if trace.scenario.runner is Runner.MRV1 and prop in vllm_test.CHECKS:
+        name = vllm_test.file_name(trace)
+        lines += ["", "## A failing test for vLLM's `tests/v1/cudagraph/`", "",
+                  f"[`{name}`]({name}) replays these events on the installed vLLM's own code (CUDA graphs "
+                  f"simulated on CPU) and asserts {prop} per dispatch: {matrix.outcomes(trace, conformance)}."]
+    lines += ["", "## The events", "", *step_list(rep.records, step_index)]
     lines += ["", "## Wrapper stacks and the dispatch path", ""]
     if d is not None:
         lines += [f"Dispatch at step {step_index}: {dispatch_summary(d)}", ""]
@@ -323,6 +245,7 @@ def write(out: Path, results: list[PolicyResult], conformance_reports: Path | No
 
     confirmations = load_confirmations(conformance_reports or out)
     by_witness = witness_confirmations(conformance_reports or out)
+    conformance = matrix.load_conformance((conformance_reports or out) / "conformance")
     written = []
     for r in results:
         for c in r.exploration.classes:
@@ -334,12 +257,16 @@ def write(out: Path, results: list[PolicyResult], conformance_reports: Path | No
             trace = r.exploration.counterexamples.get(pid)
             if trace is None:
                 continue
-            status = confirmations.get((r.policy.name, pid), STATUS.get((r.policy.name, pid), "reading: not replayed on real vLLM"))
-            page = counterexample_page(r, pid, trace, v.length, status)
+            label = status.status(trace, conformance).text
+            page = counterexample_page(r, pid, trace, v.length, label, conformance)
             base = out / r.policy.name / pid
             write_atomic(base.with_suffix(".json"), trace.dumps())
             write_atomic(base.with_suffix(".md"), page)
             written += [base.with_suffix(".json"), base.with_suffix(".md")]
+            if trace.scenario.runner is Runner.MRV1 and pid in vllm_test.CHECKS:
+                test = base.parent / vllm_test.file_name(trace)
+                write_atomic(test, vllm_test.vllm_test(trace, matrix.outcomes(trace, conformance)))
+                written.append(test)
     total = sum(len(r.exploration.cells) for r in results)
     reached = sum(len(r.cells & r.exploration.cells) for r in results)
     write_atomic(out / "README.md", readme(results, (reached, total), confirmations))

@@ -17,11 +17,12 @@ from contract.conformance.decisions import HARNESS, VLLM, share
 from contract.dispatcher import BatchDescriptor
 from contract.trace import write_atomic
 
-# The three (reading) rows of spec §12.1 the model turned into counterexamples.
+# The three (reading) rows of the capturer table (docs/capturer-table.md) the model turned into
+# counterexamples.
 LEADS = {
-    "lead1": "§12.1 target row U on, B on: a PIECEWISE dispatch reaches no capturer (eager)",
-    "lead2": "§12.1 target row compiled under L=FULL, R-mode F&P: PIECEWISE has no capturer (eager)",
-    "lead3": "§12.1 drafter row R-mode FULL, B on: the first runtime drafter PIECEWISE dispatch raises",
+    "lead1": "capturer table, target row U on, B on: a PIECEWISE dispatch reaches no capturer (eager)",
+    "lead2": "capturer table, target row compiled under L=FULL, R-mode F&P: PIECEWISE has no capturer (eager)",
+    "lead3": "capturer table, drafter row R-mode FULL, B on: the first runtime drafter PIECEWISE dispatch raises",
 }
 
 
@@ -310,7 +311,8 @@ def findings_markdown(folder: Path) -> str:
         "traces and any trace under `reports/`) was replayed on that release's real code "
         "(`cudagraph-contract conform`). **Confirmed**: vLLM's observation of the violating step "
         "equals the model's, so vLLM itself shows the violation (the real exception or the real eager "
-        "fallback is quoted). **Refuted**: it differs, and the model is wrong about vLLM.",
+        "fallback is quoted). **Refuted**: it differs, and the model is wrong about vLLM. The replay runs "
+        "on CPU with CUDA graphs simulated; see the [glossary](../docs/glossary.md) for what ran.",
         "",
     ]
     lead_outcomes: dict[str, list[str]] = {}
@@ -339,7 +341,7 @@ def findings_markdown(folder: Path) -> str:
             lines += ["Generated covering set, traces with a violation under this policy (all replayed "
                       "step for step by the same run): "
                       + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + ".", ""]
-    lines += ["## The three leads of spec §12.1", ""]
+    lines += ["## The three leads of the [capturer table](../docs/capturer-table.md)", ""]
     for key, text in LEADS.items():
         outcome = "; ".join(lead_outcomes.get(key, [])) or "not replayed yet"
         lines.append(f"- {key}: {text} — {outcome}")

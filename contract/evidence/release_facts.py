@@ -1,0 +1,250 @@
+"""What a reproduction needs from a vLLM release's source: which attention backend gives which
+``AttentionCGSupport``, and the attention ops ``splitting_ops`` must list.
+
+``_check_and_update_cudagraph_mode`` resolves the mode against the minimum
+``builder_cls.get_cudagraph_support(...)`` over the model's backends
+(``v1/worker/gpu_model_runner.py:7249-7275`` in 0.29.0). This module reads, without importing vLLM,
+each ``AttentionBackendEnum`` member (``v1/attention/backends/registry.py``), its
+``get_builder_cls()`` and the builder's ``_cudagraph_support`` or ``get_cudagraph_support``
+override, following base classes; and ``CompilationConfig._attention_ops``
+(``config/compilation.py``), which ``splitting_ops_contain_attention()`` requires all of. The facts
+are committed per release in ``release_facts.json`` beside this file (the reports are written where
+vLLM is not installed); ``python -m contract.evidence.release_facts VERSION PATH/TO/vllm`` refreshes
+one release.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TABLE = Path(__file__).with_name("release_facts.json")
+COMPILATION = "config/compilation.py"
+REGISTRY = "v1/attention/backends/registry.py"
+# The base builder's default (``v1/attention/backend.py``: ``_cudagraph_support = NEVER``).
+BASE_BUILDER = "AttentionMetadataBuilder"
+
+
+@dataclass(frozen=True)
+class BackendSupport:
+    backend: str  # AttentionBackendEnum member: the --attention-backend value
+    class_name: str  # the backend class; resolve's messages name it (``attn_backend.__name__``)
+    support: tuple[str, ...]  # the AttentionCGSupport members it can report
+    condition: str  # "" when fixed; else which one, as vLLM's source decides it
+    where: str  # path:line of the deciding assignment or method, relative to vllm/
+
+    def gives(self, level: str) -> bool:
+        return level in self.support
+
+
+class _Source:
+    """Parsed vLLM modules, by dotted name; classes found through ``from vllm.x import Name``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.modules: dict[str, ast.Module | None] = {}
+
+    def module(self, dotted: str) -> ast.Module | None:
+        if dotted not in self.modules:
+            path = self.path(dotted)
+            self.modules[dotted] = ast.parse(path.read_text()) if path.exists() else None
+        return self.modules[dotted]
+
+    def path(self, dotted: str) -> Path:
+        return self.root.joinpath(*dotted.split(".")[1:]).with_suffix(".py")
+
+    def find_class(self, dotted: str, name: str, depth: int = 0) -> tuple[str, ast.ClassDef] | None:
+        tree = self.module(dotted)
+        if tree is None or depth > 5:
+            return None
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return dotted, node
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vllm"):
+                for alias in node.names:
+                    if (alias.asname or alias.name) == name:
+                        return self.find_class(node.module, alias.name, depth + 1)
+        return None
+
+
+def _support_names(node: ast.AST) -> list[str]:
+    names = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "AttentionCGSupport":
+            if n.attr not in names:
+                names.append(n.attr)
+    return names
+
+
+def _is_plain_getter(fn: ast.FunctionDef) -> bool:
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return (len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Attribute)
+            and body[0].value.attr == "_cudagraph_support")
+
+
+def _returns_under(fn: ast.FunctionDef) -> list[str]:
+    """``X when <test>`` for each ``return AttentionCGSupport.X`` nested in an ``if``."""
+    out = []
+
+    def visit(stmts, tests):
+        for s in stmts:
+            if isinstance(s, ast.If):
+                visit(s.body, tests + [ast.unparse(s.test)])
+                visit(s.orelse, tests + [f"not ({ast.unparse(s.test)})"])
+            elif isinstance(s, ast.Return) and s.value is not None:
+                for level in _support_names(s.value):
+                    out.append(f"{level} when {' and '.join(tests)}" if tests else f"{level} otherwise")
+            elif isinstance(s, (ast.For, ast.While, ast.With, ast.Try)):
+                visit(getattr(s, "body", []), tests)
+
+    visit(fn.body, [])
+    return out
+
+
+def _decide(src: _Source, dotted: str, cls: ast.ClassDef) -> tuple[tuple[str, ...], str, str] | None:
+    """(levels, condition, where) from the first class in ``cls``'s bases that decides."""
+    rel = src.path(dotted).relative_to(src.root).as_posix()
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "get_cudagraph_support" and not _is_plain_getter(node):
+            levels = _support_names(node)
+            cond = "; ".join(_returns_under(node)) or "decided at run time"
+            return tuple(levels), f"get_cudagraph_support: {cond}", f"{rel}:{node.lineno}"
+    for node in cls.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == "_cudagraph_support" and node.value is not None:
+            value = node.value
+            levels = _support_names(value)
+            cond = ""
+            if isinstance(value, ast.IfExp):
+                cond = (f"{_support_names(value.body)[0]} when {ast.unparse(value.test)}, "
+                        f"else {_support_names(value.orelse)[0]}")
+            return tuple(levels), cond, f"{rel}:{node.lineno}"
+    for base in cls.bases:
+        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+        found = src.find_class(dotted, name) if name else None
+        if found is not None:
+            decided = _decide(src, *found)
+            if decided is not None:
+                return decided
+    return None
+
+
+def read_attention_ops(vllm_root: Path) -> list[str]:
+    """``CompilationConfig._attention_ops``, in source order."""
+    tree = ast.parse((Path(vllm_root) / COMPILATION).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "_attention_ops":
+            return [e.value for e in node.value.elts]
+    raise ValueError(f"{vllm_root}/{COMPILATION} has no CompilationConfig._attention_ops")
+
+
+def read_backends(vllm_root: Path) -> list[BackendSupport]:
+    """Every backend of ``AttentionBackendEnum`` with a metadata builder, in enum order."""
+    src = _Source(Path(vllm_root))
+    registry = src.module("vllm." + REGISTRY[:-3].replace("/", "."))
+    if registry is None:
+        raise FileNotFoundError(f"{vllm_root}/{REGISTRY} not found: give the installed vllm package directory")
+    enum = next(n for n in registry.body if isinstance(n, ast.ClassDef) and n.name == "AttentionBackendEnum")
+    out = []
+    for node in enum.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) and node.value.value):
+            continue
+        module, _, class_name = node.value.value.rpartition(".")
+        found = src.find_class(module, class_name)
+        if found is None:
+            continue
+        builder = _builder(src, *found)
+        if builder is None:
+            continue
+        decided = _decide(src, *builder)
+        if decided is not None:
+            out.append(BackendSupport(node.targets[0].id, class_name, *decided))
+    return out
+
+
+def _builder(src: _Source, dotted: str, cls: ast.ClassDef) -> tuple[str, ast.ClassDef] | None:
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "get_builder_cls":
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Name):
+                    return src.find_class(dotted, ret.value.id)
+    for base in cls.bases:
+        if isinstance(base, ast.Name):
+            found = src.find_class(dotted, base.id)
+            if found is not None and found[1].name != "AttentionBackend":
+                return _builder(src, *found)
+    return None
+
+
+def read_log_sites(vllm_root: Path) -> dict[str, str]:
+    """``contract.evidence.logs.SITES`` key -> ``path:line`` of its template in this release."""
+    from contract.evidence.logs import SITES
+
+    out = {}
+    for key, (path, fragment) in SITES.items():
+        lines = (Path(vllm_root) / path).read_text().splitlines()
+        hits = [i + 1 for i, line in enumerate(lines) if fragment in line]
+        if len(hits) == 1:
+            out[key] = f"{path}:{hits[0]}"
+    return out
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    release: str
+    attention_backends: tuple[BackendSupport, ...]
+    attention_ops: tuple[str, ...]
+    log_sites: tuple[tuple[str, str], ...]  # (SITES key, path:line)
+
+    def site(self, key: str) -> str | None:
+        return dict(self.log_sites).get(key)
+
+
+def read(release: str, vllm_root: Path) -> ReleaseFacts:
+    return ReleaseFacts(release, tuple(read_backends(vllm_root)), tuple(read_attention_ops(vllm_root)),
+                        tuple(sorted(read_log_sites(vllm_root).items())))
+
+
+def to_json(facts: ReleaseFacts) -> dict:
+    return {"attention_backends": [asdict(b) for b in facts.attention_backends],
+            "attention_ops": list(facts.attention_ops), "log_sites": dict(facts.log_sites)}
+
+
+def committed() -> dict[str, ReleaseFacts]:
+    """The committed facts: release -> facts."""
+    out = {}
+    for release, data in json.loads(TABLE.read_text()).items():
+        backends = tuple(BackendSupport(b["backend"], b["class_name"], tuple(b["support"]), b["condition"], b["where"])
+                         for b in data["attention_backends"])
+        out[release] = ReleaseFacts(release, backends, tuple(data["attention_ops"]),
+                                    tuple(sorted(data["log_sites"].items())))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m contract.evidence.release_facts VERSION PATH/TO/site-packages/vllm", file=sys.stderr)
+        return 2
+    release, root = argv
+    try:
+        facts = read(release, Path(root))
+    except (OSError, SyntaxError, ValueError) as exc:
+        print(f"error: cannot read vLLM {release}'s source at {root}: {exc}", file=sys.stderr)
+        return 2
+    data = json.loads(TABLE.read_text()) if TABLE.exists() else {}
+    data[release] = to_json(facts)
+    text = json.dumps(dict(sorted(data.items())), indent=1) + "\n"
+    from contract.trace import write_atomic
+
+    write_atomic(TABLE, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
