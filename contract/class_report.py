@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.classes import HALT, ViolationClass, signatures
-from contract.events import describe_event
+from contract.evidence import matrix, serve
+from contract.evidence.release_facts import committed
+from contract.markdown import mermaid, step_list
+from contract.mrv2.report import responsible_lines as mrv2_responsible_lines
 from contract.policy import Policy
 from contract.properties import PROPERTIES, check
-from contract.render import dispatch_summary, step_outcome
-from contract.report import mermaid, responsible_lines, user_settings
+from contract.render import dispatch_summary
+from contract.report import responsible_lines
 from contract.trace import replay, write_atomic
 
 
@@ -71,15 +74,12 @@ def reproduce(p: ClassPage) -> list[str]:
 
 
 def scenario(p: ClassPage) -> list[str]:
-    return ["## Scenario, as a vLLM user sets it", "", *user_settings(p.cls.witness.scenario, p.cls.witness.events), ""]
+    facts = committed()[matrix.witness_release(p.cls.witness, {})]
+    return ["## Reproduce it with vLLM", "", *serve.markdown(p.cls.witness, p.policy, facts), ""]
 
 
 def events(p: ClassPage) -> list[str]:
-    lines = ["## The events", "", "| # | event | what happened |", "|---|---|---|"]
-    for r in p.records:
-        mark = " **←**" if r.index == p.step else ""
-        lines.append(f"| {r.index} | `{describe_event(r.event)}`{mark} | {'<br>'.join(step_outcome(r)) or '-'} |")
-    return lines + [""]
+    return ["## The events", "", *step_list(p.records, p.step), ""]
 
 
 def stacks(p: ClassPage) -> list[str]:
@@ -93,8 +93,12 @@ def stacks(p: ClassPage) -> list[str]:
 def responsible(p: ClassPage) -> list[str]:
     if p.cls.signature.property == HALT:
         return []
-    lines = ["## vLLM 0.33.0 lines responsible", ""]
-    return lines + [f"- {x}" for x in responsible_lines(p.cls.signature.property, p.cls.witness.scenario, p.dispatch)] + [""]
+    release = getattr(p.policy, "release", None)  # an MRV2 release
+    prop, scenario = p.cls.signature.property, p.cls.witness.scenario
+    where = (mrv2_responsible_lines(release, prop, scenario, p.dispatch) if release
+             else responsible_lines(prop, scenario, p.dispatch))
+    lines = [f"## vLLM {release or '0.33'}.0 {'MRV2 ' if release else ''}lines responsible", ""]
+    return lines + [f"- {x}" for x in where] + [""]
 
 
 SECTIONS = [header, reproduce, scenario, events, stacks, responsible]

@@ -22,7 +22,6 @@ from contract.events import ProfileCudagraphMemory, ProfileRun
 from contract.evidence import logs
 from contract.evidence.release_facts import BackendSupport, ReleaseFacts
 from contract.mrv2.report import METHOD
-
 from contract.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Runner, Scenario, Speculator, SplittingOps
 
 # Public checkpoints: a small dense model; vLLM's own EAGLE-3 pair (tests/v1/e2e/test_spec_decode.py);

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """P4 capture-legality: vllm_0_30-P4
 
-No capture outside profile_cudagraph_memory/capture_model; vLLM raises 'CUDA graph capturing detected at an inappropriate time' once the window is closed.
+No capture outside profile_cudagraph_memory/capture_model; MRV1 raises 'CUDA graph capturing detected at an inappropriate time' once the window is closed, MRV2 has no guard and captures silently.
 
 Counterexample `vllm_0_30-P4` (policy `vllm_0_30`), 5 start-up/serving steps:
   0. load_model
