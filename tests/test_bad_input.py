@@ -139,7 +139,7 @@ CASES = {
     "--vllm-src does not exist": lambda t: Case(["verify", "--vllm-src", t / "nowhere"], "does not exist"),
     "--vllm-src is a file": lambda t: Case(["verify", "--vllm-src", write(t / "f", "x")], "is a file"),
     "--vllm-src without Model Runner V1": lambda t: Case(
-        ["verify", "--vllm-src", vllm_tree(t, None)], "no Model Runner V1 in this tree (vLLM 0.34+)"),
+        ["verify", "--vllm-src", vllm_tree(t, None)], "is neither Model Runner V1 nor V2"),
     "--vllm-src runner is not Python": lambda t: Case(["verify", "--vllm-src", vllm_tree(t, "def (:\n")],
                                                       "cannot be parsed"),
     # output folders: checked before the work, written all together or not at all

@@ -15,7 +15,7 @@ runner = CliRunner()
 
 def test_every_class_has_a_page_and_a_replayable_trace(tmp_path):
     out = tmp_path / "r"
-    result = runner.invoke(app, ["report", "--policy", "vllm_0_30", "--out", str(out), "--profile", "dev", "-q"])
+    result = runner.invoke(app, ["report", "--policy", "vllm_0_30", "--out", str(out), "--profile", "ci", "-q"])
     assert result.exit_code == 0, result.output
     pages = sorted((out / "vllm_0_30" / "classes").glob("P1-*.md"))
     assert len(pages) >= 3

@@ -52,7 +52,7 @@ def _run_under(python: Path, path: list[str], argv: list[str]) -> None:
     try:
         code = subprocess.run(args, env=env).returncode
     except OSError as exc:
-        _fail(f"--vllm {vllm}: {python} cannot be run: {exc.strerror or exc}")
+        _fail(f"{python} cannot be run: {exc.strerror or exc}")
     raise typer.Exit(code)
 
 

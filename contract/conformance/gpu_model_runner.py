@@ -44,6 +44,7 @@ DECISIONS = (
 ORCHESTRATION = DECISIONS + (
     "_model_forward",
     "_get_cumsum_and_arange",
+    "_prepare_padding_mask",  # 0.33: the forward context's padding mask
     "maybe_randomize_inputs",
     "eplb_step",
 )
@@ -176,6 +177,7 @@ def build(cls, vllm_config, *, device, dispatcher, attention_backend, max_num_to
         kv_cache_config=None,  # read by resolve only for Mamba layers
         arange_np=np.arange(max(max_num_reqs + 1, vllm_config.model_config.max_model_len, max_num_tokens)),
         positions=torch.zeros(max_num_tokens, dtype=torch.int64, device=device),
+        is_padding=torch.zeros(max_num_tokens, dtype=torch.bool, device=device),  # 0.33
         query_pos=Buffer(None, np.zeros(max_num_tokens, dtype=np.int64)),
         # Read when a FULL dummy run builds attention metadata (_dummy_run, :6059-6093).
         optimistic_seq_lens_cpu=torch.zeros(max_num_reqs, dtype=torch.int32),

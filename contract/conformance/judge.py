@@ -20,6 +20,7 @@ import re
 from contract.dispatcher import BatchDescriptor
 from contract.events import Event, ProfileCudagraphMemory
 from contract.modes import PIECEWISE, CUDAGraphMode
+from contract.mrv2.cudagraph_utils import BED
 from contract.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
 from contract.properties import Violation, check
 from contract.scenario import Scenario
@@ -28,7 +29,8 @@ _MODE = re.compile(r"\((\w+)\)")
 
 
 def _mode(text: str | None) -> CUDAGraphMode | None:
-    return None if text in (None, "None") else CUDAGraphMode[text]
+    """A mode name; None for none or for a label's non-mode qualifier (``CudaGraphManager(prefill)``)."""
+    return None if text in (None, "None") or text not in CUDAGraphMode.__members__ else CUDAGraphMode[text]
 
 
 def layer_kind(label: str) -> tuple[LayerKind, CUDAGraphMode | None]:
@@ -44,14 +46,16 @@ def layer_kind(label: str) -> tuple[LayerKind, CUDAGraphMode | None]:
         return LayerKind.BreakableCUDAGraphWrapper, mode
     if name.startswith("UBatchWrapper("):
         return LayerKind.UBatchWrapper, mode
-    if name == "CudaGraphManager":
+    if name.startswith("CudaGraphManager"):
         return LayerKind.CudaGraphManager, mode
     return LayerKind.CUDAGraphWrapper, None  # a graph outside any known wrapper: never the intended one
 
 
 def _dispatch(data: dict, capture_phase_graphs: set, index: int) -> Dispatch:
     mode = CUDAGraphMode[data["runtime_mode"]]
-    desc = BatchDescriptor.from_json(data["batch_descriptor"])
+    raw = data["batch_descriptor"]
+    # MRV2 records BatchExecutionDescriptors (uniform_token_count), MRV1 BatchDescriptors.
+    desc = BED.from_json(raw, mode) if "uniform_token_count" in raw else BatchDescriptor.from_json(raw)
     layers = []
     for layer in data.get("layers", []):
         kind, own = layer_kind(layer["layer"])

@@ -40,6 +40,12 @@ class BatchExecutionDescriptor:
         return {"num_tokens": self.num_tokens, "num_reqs": self.num_reqs,
                 "uniform_token_count": self.uniform_token_count, "max_query_len": self.max_query_len}
 
+    @classmethod
+    def from_json(cls, data: dict, cg_mode: CUDAGraphMode) -> BatchExecutionDescriptor:
+        """The descriptor a dispatch recorded; its ``cg_mode`` is the dispatch's runtime mode."""
+        return cls(cg_mode, data["num_tokens"], data.get("num_reqs"), data.get("uniform_token_count"),
+                   data.get("max_query_len"))
+
 
 BED = BatchExecutionDescriptor
 
