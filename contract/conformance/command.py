@@ -112,7 +112,7 @@ def _branch_conform(vllm_src: Path, base: str, traces, as_json: bool) -> None:
     from contract import base as base_mod
     from contract import branch
     from contract.conformance import branch_conform, corpus
-    from contract.conformance.installed import EnvironmentProblem, policy_for
+    from contract.conformance.installed import EnvironmentProblem, environment, policy_for
     from contract.policy import PolicyError, load_policy
     from contract.trace import TraceError, load
 
@@ -124,7 +124,7 @@ def _branch_conform(vllm_src: Path, base: str, traces, as_json: bool) -> None:
         release_policy = load_policy(policy_for(version))
     except (PolicyError, EnvironmentProblem) as exc:
         _fail(str(exc))
-    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
+    python = environment(ROOT, version)
     if not python.exists():
         _fail(f"no environment for vLLM {version}: {python.parent.parent} does not exist "
               f"(make it with conformance-env/make-env.sh {version} {python.parent.parent})")
