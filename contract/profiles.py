@@ -16,10 +16,15 @@ _COMMON = dict(
     verbosity=Verbosity.quiet,
 )
 
+# Hypothesis's own ``default`` profile is the parent, not whichever profile is loaded: under a CI
+# environment variable Hypothesis loads its built-in ``ci`` profile (derandomised), which would
+# otherwise turn ``dev`` and ``thorough`` into fixed streams on CI machines only.
+_PARENT = settings.get_profile("default")
+
 PROFILES = {
-    "ci": settings(derandomize=True, database=None, max_examples=500, stateful_step_count=6, **_COMMON),
-    "dev": settings(max_examples=150, stateful_step_count=12, database=None, **_COMMON),
-    "thorough": settings(max_examples=5000, stateful_step_count=25, database=None, **_COMMON),
+    "ci": settings(_PARENT, derandomize=True, database=None, max_examples=500, stateful_step_count=6, **_COMMON),
+    "dev": settings(_PARENT, max_examples=150, stateful_step_count=12, database=None, **_COMMON),
+    "thorough": settings(_PARENT, max_examples=5000, stateful_step_count=25, database=None, **_COMMON),
 }
 
 

@@ -2,6 +2,8 @@
 from local modules do not reach the stream (``contract.stream``)."""
 
 import importlib.util
+import os
+import subprocess
 import sys
 
 from hypothesis import settings
@@ -62,3 +64,16 @@ def test_a_derandomised_profile_runs_the_ci_seed():
     assert seed_for(profiles.get("ci"), None) == CI_SEED
     assert seed_for(profiles.get("ci"), 7) == 7
     assert seed_for(profiles.get("dev"), None) is None
+
+
+def test_profiles_do_not_follow_the_ci_environment_variable():
+    """Hypothesis loads its derandomised built-in profile when ``CI`` is set; the tool's profiles
+    must mean the same on a CI machine as on a laptop."""
+    probe = "from contract import profiles; print([profiles.get(n).derandomize for n in ('ci', 'dev', 'thorough')])"
+    for env in ({"CI": "true"}, {}):
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={k: v for k, v in os.environ.items() if k != "CI"} | env,
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        assert out == "[True, False, False]", (env, out)
