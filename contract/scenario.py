@@ -98,6 +98,10 @@ class Scenario:
     model_compiled: bool = True  # the model class has an active @support_torch_compile submodule
     draft_compiled: bool = True  # the draft model class has one (lead L2)
     adaptive_verification: bool = False  # speculative_config.enable_adaptive_verification
+    # cache_config.enable_extensible_kv_cache as settled by VllmConfig.__post_init__: on by default
+    # on CUDA (34:config/vllm.py:3252-3254), off with --no-enable-extensible-kv-cache (and where
+    # vLLM finds it unsupported). Only 0.34.0's MRV2 reads it; 0.33.0 has no such setting.
+    extensible_kv_cache: bool = True
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -169,7 +173,7 @@ class Scenario:
 
 
 # Fields added after the first trace format; a trace without them reads as their defaults.
-OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification")
+OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.

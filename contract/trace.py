@@ -6,7 +6,8 @@ Schema ``cudagraph-contract.trace`` version 1::
     {"schema": "cudagraph-contract.trace", "version": 1,
      "name": str, "policy": str (built-in name or .py path), "property": "P1".."P6" | null,
      "scenario": {Scenario fields by vLLM name; the MRV2-only speculator, model_compiled,
-                  draft_compiled and adaptive_verification appear only when not their default},
+                  draft_compiled, adaptive_verification and extensible_kv_cache appear only when
+                  not their default},
      "events": [{"event": "load_model"}, {"event": "execute_model", "num_tokens": 3, ...}, ...],
      "expected": {"violations": [{"property", "step", "message", "dispatch"?}],
                   "steps": [StepRecord.to_json(), ...]},

@@ -18,10 +18,6 @@ from contract.conformance.installed import policy_for
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("0.34.0", "0.33.0")
-# Steps where the model is known to be wrong about the release, by event. 0.34.0: with the
-# extensible KV cache (on by default on CUDA, config/vllm.py:3252-3254) profile_cudagraph_memory
-# returns before any capture (v1/worker/gpu/model_runner.py:1123-1125); the model profiles.
-KNOWN_MODEL_ERRORS = {"0.34.0": {"profile_cudagraph_memory"}, "0.33.0": set()}
 TIMEOUT = 900
 
 pytestmark = pytest.mark.conformance
@@ -47,8 +43,8 @@ def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
     conform = [python, "-m", "contract.cli", "conform", "--runner", "mrv2", "--corpus", "covering", "--json"]
     out = {"conform": [*conform, "--reports", reports / "own"]}
     if version == "0.34.0":
-        # negative control: 0.34.0's code against 0.33.0's model. (The reverse agrees on every
-        # step without a speculator: there the two releases differ only where 0.34.0 profiles.)
+        # negative control: 0.34.0's code against 0.33.0's model, over the corpus that model
+        # generates (every scenario with the extensible KV cache at its default, on).
         out["control"] = [*conform, "--policy", policy_for("0.33.0", "mrv2"), "--reports", reports / "control"]
     return out
 
@@ -107,15 +103,15 @@ def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
         "initialize_kv_cache", "init_speculator_cudagraph_manager", "dispatch", "run_model"}
     assert data["generated_traces"] > 50 and data["steps"] > 800
     steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
-    unexpected = [x for x in steps if x["event"].split("(")[0] not in KNOWN_MODEL_ERRORS[version]]
-    assert not unexpected, json.dumps(unexpected, indent=1)[:4000]
-    assert data["agreeing_steps"] == data["steps"] - len(steps)
-    assert rc == (1 if steps else 0)
+    assert not steps, json.dumps(steps, indent=1)[:4000]
+    assert data["agreeing_steps"] == data["steps"] and rc == 0
 
 
 def test_the_other_releases_model_disagrees_on_named_steps(jobs):
-    """0.33.0 profiles CUDA-graph memory with a throwaway capture (``33:v1/worker/gpu/model_runner.py:1068-1073``);
-    0.34.0 returns first under its default extensible KV cache (``34:…:1123-1125``)."""
+    """0.33.0 profiles CUDA-graph memory with a throwaway capture (``33:v1/worker/gpu/model_runner.py:1069-1073``);
+    0.34.0 returns first under its extensible KV cache (``34:…:1123-1125``), on by default
+    (``34:config/vllm.py:3252-3254``). Without a speculator the two releases' managers dispatch
+    alike, so only the memory-profiling steps disagree."""
     rc, out, err = jobs("control", "0.34.0")
     assert out.strip(), err[-2000:]
     data = json.loads(out)
@@ -124,6 +120,33 @@ def test_the_other_releases_model_disagrees_on_named_steps(jobs):
     named = {(d["name"], x["step"], x["event"]) for d in data["disagreements"] for x in d.get("disagreements", [])}
     assert ("mrv2-covering-0000", 2, "profile_cudagraph_memory") in named, sorted(named)[:5]
     assert {event for _, _, event in named} == {"profile_cudagraph_memory"}
+
+
+def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
+    """``--no-enable-extensible-kv-cache``: 0.34.0's ``profile_cudagraph_memory`` runs its throwaway
+    capture (``34:v1/worker/gpu/cudagraph_utils.py:988-1095``), which the default skips
+    (``34:…/model_runner.py:1123-1125``); the real code agrees with the model on both."""
+    from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Resolve
+    from contract.policy import load_policy
+    from contract.scenario import Runner, Scenario
+    from contract.trace import record, write_atomic
+
+    python = require("0.34.0")
+    policy = load_policy(policy_for("0.34.0", "mrv2"))
+    events = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel(), ExecuteModel(3)]
+    folder, profiled = tmp_path / "traces", {}
+    for name, extensible in {"default": True, "off": False}.items():
+        trace = record(Scenario(runner=Runner.MRV2, extensible_kv_cache=extensible), policy, events, name=name)
+        profiled[name] = len(trace.expected_steps[2].get("dispatches", []))
+        write_atomic(folder / f"{name}.json", trace.dumps())
+    assert profiled["default"] == 0 and profiled["off"] > 0, profiled
+    proc = subprocess.run([str(python), "-m", "contract.cli", "conform", "--runner", "mrv2", "--traces", str(folder),
+                           "--reports", str(tmp_path / "reports"), "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"})
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    assert data["vllm"] == "0.34.0" and data["steps"] == 2 * len(events), data
+    assert data["agreeing_steps"] == data["steps"] and proc.returncode == 0, data["disagreements"]
 
 
 # -- conform --vllm-src: a branch checkout's own code over the shared closure ----------------------

@@ -76,8 +76,10 @@ def test_run_fullgraph_without_a_graph_is_an_assertion_not_a_capture(policy):
     assert record.halted.startswith("AssertionError: No cudagraph for BED(FULL,2,2")
 
 
-def test_memory_profiling_captures_then_clears_and_drops_the_managers():
-    run, records = _run("mrv2_0_34", START, breakable=True)
+@pytest.mark.parametrize("policy, fields", [("mrv2_0_33", {}), ("mrv2_0_33", dict(extensible_kv_cache=False)),
+                                            ("mrv2_0_34", dict(extensible_kv_cache=False))])
+def test_memory_profiling_captures_then_clears_and_drops_the_managers(policy, fields):
+    run, records = _run(policy, START, breakable=True, **fields)
     profiling = records[2]
     assert [(d.runtime_mode, d.layers[0].action) for d in profiling.dispatches] == [
         (PIECEWISE, Action.CAPTURED), (PIECEWISE, Action.CAPTURED), (FULL, Action.CAPTURED), (FULL, Action.CAPTURED)]
@@ -86,6 +88,16 @@ def test_memory_profiling_captures_then_clears_and_drops_the_managers():
     capture = records[4]
     assert all(d.layers[0].action is Action.CAPTURED and not d.previously_captured for d in capture.dispatches)
     assert len(capture.dispatches) == 4
+
+
+def test_0_34_memory_profiling_returns_first_under_the_extensible_kv_cache():
+    """``if self.cache_config.enable_extensible_kv_cache: return 0`` (``34:…/model_runner.py:1123-1125``),
+    on by default: no capture and no first resolve, so resolve runs once, from the configured mode."""
+    run, records = _run("mrv2_0_34", START, cudagraph_mode=FULL, attention_support=AttentionCGSupport.UNIFORM_BATCH)
+    profiling, resolve, capture = records[2], records[3], records[4]
+    assert profiling.dispatches == () and profiling.cudagraph_mode == FULL
+    assert resolve.changes == ("cudagraph_mode FULL -> FULL_AND_PIECEWISE",)
+    assert capture.dispatches and not any(d.previously_captured for d in capture.dispatches)
 
 
 def test_standalone_ar_has_graphs_only_in_0_34():

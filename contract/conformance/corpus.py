@@ -109,7 +109,7 @@ def generated(policy: Policy) -> Iterator[Trace]:
 def cells(trace: Trace) -> set[tuple]:
     s = trace.scenario
     scenario_class = (s.breakable, s.ubatching, s.cudagraph_mode.name, s.compilation_mode.name,
-                      s.splitting_ops.name, s.drafter.name, s.spec_enforce_eager)
+                      s.splitting_ops.name, s.drafter.name, s.spec_enforce_eager, s.extensible_kv_cache)
     resolved = None
     out: set[tuple] = set()
     for step in trace.expected_steps:

@@ -72,7 +72,7 @@ def set_breakable(on: bool) -> None:
 def config_key(scenario: Scenario) -> tuple:
     """The scenario fields ``VllmConfig.__post_init__`` reads."""
     return (scenario.breakable, scenario.ubatching, scenario.cudagraph_mode.name,
-            scenario.compilation_mode.name, scenario.splitting_ops.name)
+            scenario.compilation_mode.name, scenario.splitting_ops.name, scenario.extensible_kv_cache)
 
 
 class ConfigCache:
@@ -123,6 +123,7 @@ class ConfigCache:
 
     def _build(self, scenario: Scenario):
         from vllm.config import (
+            CacheConfig,
             CompilationConfig,
             CompilationMode,
             DeviceConfig,
@@ -147,7 +148,13 @@ class ConfigCache:
             ParallelConfig(enable_dbo=True, all2all_backend="deepep_low_latency")
             if scenario.ubatching else ParallelConfig()
         )
+        # --no-enable-extensible-kv-cache (0.34.0; 0.33.0 has no such setting). Left unset, post-init
+        # turns it on as on CUDA (34:config/vllm.py:3252-3254).
+        extra = {}
+        if not scenario.extensible_kv_cache and "enable_extensible_kv_cache" in CacheConfig.__dataclass_fields__:
+            extra["cache_config"] = CacheConfig(enable_extensible_kv_cache=False)
         return VllmConfig(
+            **extra,
             model_config=copy.deepcopy(self.model_config()),
             compilation_config=CompilationConfig(**kwargs),
             parallel_config=parallel,

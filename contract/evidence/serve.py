@@ -115,6 +115,8 @@ def command(s: Scenario, facts: ReleaseFacts, *, skip_memory_profile: bool = Fal
     if s.ubatching:
         argv += ["--data-parallel-size", "2", "--enable-expert-parallel",
                  "--all2all-backend", "deepep_low_latency", "--enable-dbo"]
+    if not s.extensible_kv_cache:
+        argv += ["--no-enable-extensible-kv-cache"]  # 0.34.0: memory profiling captures again
     if skip_memory_profile:
         argv += ["--kv-cache-memory-bytes", str(KV_CACHE_MEMORY_BYTES)]
     return Command(tuple(env), tuple(argv))

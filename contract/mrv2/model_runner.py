@@ -8,6 +8,9 @@ an immutable state and a pure step function per event.
 - ``profile_cudagraph_memory``: first resolve and managers, a throwaway capture (every PIECEWISE
   descriptor, the two widest FULL ones, the speculator), ``clear_all_graphs()`` on both wrapper
   classes, managers dropped (``33:…/cudagraph_utils.py:921-1028,1065-1101``, ``34:…:988-1095,1132-1168``).
+  0.34.0 does all that only with the extensible KV cache off: ``if self.cache_config.enable_extensible_kv_cache:
+  return 0`` comes first (``34:v1/worker/gpu/model_runner.py:1121-1128``), and ``VllmConfig.__post_init__``
+  turns it on by default on CUDA (``34:config/vllm.py:3252-3254``).
 - ``resolve``: ``initialize_kv_cache``'s adaptive-verification rewrite, resolve, a new
   ``ModelCudaGraphManager`` and the speculator managers (``33:…/model_runner.py:748-792``, ``34:…:783-829``).
 - ``capture_model``: the target manager, then the speculator (``33:…:1086-1139``, ``34:…:1141-1194``).
@@ -80,6 +83,14 @@ def has_compiled_submodule(scenario: Scenario, config: Config, draft: bool = Fal
     (``34:compilation/decorators.py:408-416``: compilation mode NONE disables it)."""
     decorated = scenario.draft_compiled if draft else scenario.model_compiled
     return decorated and config.compilation_mode == CompilationMode.VLLM_COMPILE
+
+
+def skips_profiling(scenario: Scenario, policy) -> bool:
+    """``profile_cudagraph_memory`` returns 0 before its throwaway capture: ``if
+    self.cache_config.enable_extensible_kv_cache: return 0`` (``34:v1/worker/gpu/model_runner.py:1123-1125``),
+    the extensible KV cache being on by default on CUDA (``34:config/vllm.py:3252-3254``). 0.33.0
+    always profiles (``33:…/model_runner.py:1069-1073``)."""
+    return policy.extensible_kv_cache_skips_profiling and scenario.extensible_kv_cache
 
 
 def initial_state(scenario: Scenario, policy) -> RunnerState:
@@ -396,6 +407,9 @@ def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Eve
         st.eager("target", BED(NONE, PROFILE_NUM_TOKENS, MAX_NUM_SEQS))
         if has_drafter:
             st.eager("drafter", BED(NONE, PROFILE_NUM_TOKENS, MAX_NUM_SEQS))
+    elif isinstance(event, ProfileCudagraphMemory) and skips_profiling(scenario, policy):
+        st.set("extensible KV cache: profiling returns 0, nothing captured or resolved", memory_profiled=True)
+        extra["cudagraph_mode"] = st.state.cudagraph_mode
     elif isinstance(event, ProfileCudagraphMemory):
         st.set(memory_profiled=True)
         st.initialize_kv_cache()
@@ -452,7 +466,8 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
     # MRV2 never reads speculative_config.enforce_eager under v1/worker/gpu/, and reads the model
     # classes only through has_compiled_submodule.
     return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator,
-            scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification)
+            scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
+            skips_profiling(scenario, policy))
 
 
 def all_scenarios() -> list[Scenario]:
@@ -466,14 +481,14 @@ def all_scenarios() -> list[Scenario]:
     drafters = [(DrafterKind.NONE, Speculator.EAGLE, True)] + [
         (DrafterKind.WITH_MODEL, spec, dc) for spec in Speculator for dc in (True, False)] + [
         (DrafterKind.WITHOUT_MODEL, Speculator.EAGLE, True)]
-    for (breakable, mode, cmode, split, (drafter, spec, dc), support, q, mc, av) in itertools.product(
+    for (breakable, mode, cmode, split, (drafter, spec, dc), support, q, mc, av, ext) in itertools.product(
             (False, True), (FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
             (CompilationMode.VLLM_COMPILE, CompilationMode.NONE), tuple(SplittingOps), drafters,
-            tuple(AttentionCGSupport), (1, 2, 3), (True, False), (False, True)):
+            tuple(AttentionCGSupport), (1, 2, 3), (True, False), (False, True), (True, False)):
         fields = dict(runner=Runner.MRV2, breakable=breakable, cudagraph_mode=mode, compilation_mode=cmode,
                       splitting_ops=split, drafter=drafter, speculator=spec, draft_compiled=dc,
                       attention_support=support, uniform_decode_query_len=q, model_compiled=mc,
-                      adaptive_verification=av)
+                      adaptive_verification=av, extensible_kv_cache=ext)
         try:
             out.append(Scenario(**fields))
         except ValueError:
@@ -515,6 +530,7 @@ def scenarios():
             model_compiled=draw(hst.sampled_from((True, True, False))),
             draft_compiled=draw(hst.booleans()) if with_model else True,
             adaptive_verification=has_spec and draw(hst.sampled_from((False, False, True))),
+            extensible_kv_cache=draw(hst.sampled_from((True, True, False))),
         )
 
     return draw_scenario()

@@ -1,9 +1,9 @@
 """One Model Runner V2 conformance run: start vLLM's MRV2 code, replay the corpus, collect results.
 
 The generated corpus is every MRV2 scenario without a speculator (``scenario.all_scenarios(Runner.MRV2)``,
-with ``model_compiled`` both ways) under the
-MRV1 corpus's event script, as far as the model's runner takes it; ``covering`` keeps one trace
-per new observation cell (``corpus.select``).
+with ``model_compiled`` both ways, and ``extensible_kv_cache`` both ways for a release that reads it)
+under the MRV1 corpus's event script, as far as the model's runner takes it; ``covering`` keeps one
+trace per new observation cell (``corpus.select``).
 """
 
 from __future__ import annotations
@@ -23,17 +23,24 @@ from contract.trace import Trace, TraceError, record
 NOT_REPLAYED_SPECULATOR = "not replayed (MRV2 speculator)"
 
 
-def scenarios() -> Iterator:
+def scenarios(policy: Policy) -> Iterator:
     """MRV2 scenarios without a speculator (the replay drives no speculator yet), each with a
-    compiled-class model and with an undecorated one (``model_compiled``)."""
+    compiled-class model and with an undecorated one (``model_compiled``); under a release whose
+    memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
+    ``profile_cudagraph_memory`` captures."""
     for s in all_scenarios(Runner.MRV2):
         if s.drafter is DrafterKind.NONE:
             yield s
             yield replace(s, model_compiled=False)
+    if getattr(policy, "extensible_kv_cache_skips_profiling", False):
+        for s in all_scenarios(Runner.MRV2):
+            if s.drafter is DrafterKind.NONE:
+                yield replace(s, extensible_kv_cache=False)
+                yield replace(s, model_compiled=False, extensible_kv_cache=False)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
-    for i, scenario in enumerate(scenarios()):
+    for i, scenario in enumerate(scenarios(policy)):
         events = corpus_mod.runnable_events(scenario, policy)
         yield record(scenario, policy, events, name=f"mrv2-covering-{i:04d}", origin={"engine": "conformance-corpus"})
 
