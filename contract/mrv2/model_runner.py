@@ -117,7 +117,9 @@ def enabled(scenario: Scenario, policy, state: RunnerState, event: Event) -> boo
         return (state.cudagraph_mode != NONE and not state.memory_profiled and not state.resolved
                 and not state.captured)
     if isinstance(event, Resolve):
-        return not state.captured
+        # The worker calls initialize_kv_cache once (33:v1/worker/gpu_worker.py:907-910, 34:…:936-958); only
+        # memory profiling runs it before, and drops what it built.
+        return not state.resolved and not state.captured
     if isinstance(event, CaptureModel):
         return state.resolved and not state.captured
     if isinstance(event, ExecuteModel):
