@@ -62,6 +62,7 @@ class ConformanceRun:
     findings: list[Finding] = field(default_factory=list)
     decisions: list[dict] = field(default_factory=list)  # decisions.Log.to_json()
     mirrored: list[dict] = field(default_factory=list)  # point, digest, whether this release's is known
+    where: dict = field(default_factory=dict)  # point -> owner, function, path, lines (``decisions.WHERE``)
 
     @property
     def steps(self) -> int:
@@ -101,7 +102,7 @@ class ConformanceRun:
             "findings": [f.to_json() for f in self.findings],
             "confirmations": self.confirmations(),
             "decision_points": {"share_vllm": share(self.decisions), "mirrored": self.mirrored,
-                                "steps": self.decisions},
+                                "steps": self.decisions, "where": self.where},
         }
 
     def confirmations(self) -> list[dict]:
