@@ -159,3 +159,13 @@ def test_a_replayed_witness_page_cites_the_release_source(tmp_path):
     # the drafter's breakable wrapper is what tries to capture outside the capture window
     assert "`BreakableCUDAGraphWrapper.__call__`" in violation and "/v0.30.0/" in violation
     assert "`GPUModelRunner.load_model` (wrapping block)" in text and "`VllmConfig.__post_init__`" in text
+
+
+def test_the_default_conform_corpus_replays_every_report_witness():
+    """``conform`` without ``--traces`` replays the traces under reports/, class witnesses included,
+    so every page can say what its witness did on each replayed release."""
+    from contract.conformance.corpus import file_traces
+
+    replayed = set(file_traces(ROOT))
+    witnesses = set((ROOT / "reports").glob("*/classes/*.json")) | set((ROOT / "reports").glob("*/P*.json"))
+    assert witnesses and witnesses <= replayed

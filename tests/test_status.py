@@ -65,7 +65,7 @@ def test_a_witness_no_replay_ran_says_so_with_the_command():
     mrv2 = load(ROOT / "tests" / "traces" / "mrv2-0.34-l2-uncompiled-draft-piecewise-eager.json")
     mrv2.name = "x"
     mrv2.policy = "mrv2_0_34"
-    assert status.status(mrv2, skipped).text == "reading: not replayed on real vLLM yet (not replayed (MRV2 speculator))"
+    assert status.status(mrv2, skipped).text == "reading: not replayed on real vLLM yet (MRV2 speculator)"
 
 
 def test_a_halt_witness_is_confirmed_when_vllm_stops_there_too():

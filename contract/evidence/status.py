@@ -21,6 +21,7 @@ first forward compiled by real Dynamo (``contract/conformance/mrv2/``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from contract.evidence import matrix
@@ -73,7 +74,8 @@ def what_ran(trace: Trace, release: str) -> str:
 
 def not_replayed(trace: Trace, own: list[matrix.Cell], trace_path: str) -> str:
     """Why no replay ran: the replay's own reason where it skipped the trace, else how to run it."""
-    reasons = sorted({c.detail.split(";")[0] for c in own if c.detail and not c.detail.startswith("no replay")})
+    reasons = sorted({re.sub(r"^not replayed \((.*)\)$", r"\1", c.detail.split(";")[0])
+                      for c in own if c.detail and not c.detail.startswith("no replay")})
     if reasons:
         return f"{NOT_REPLAYED} ({'; '.join(reasons)})"
     return (f"{NOT_REPLAYED} (`cudagraph-contract conform --vllm {matrix.replay_release(trace)} "
