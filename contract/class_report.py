@@ -11,15 +11,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.classes import HALT, ViolationClass, signatures
-from contract.evidence import matrix, serve
+from contract.classes import ViolationClass, signatures
+from contract.evidence import decision_lines, matrix, serve, status
 from contract.evidence.release_facts import committed
 from contract.markdown import mermaid, step_list
-from contract.mrv2.report import responsible_lines as mrv2_responsible_lines
 from contract.policy import Policy
 from contract.properties import PROPERTIES, check
 from contract.render import dispatch_summary
-from contract.report import responsible_lines
 from contract.trace import replay, write_atomic
 
 
@@ -34,9 +32,11 @@ class ClassPage:
     records: list
     step: int
     dispatch: object | None
+    conformance: dict  # (release, runner) -> conformance JSON (``matrix.load_conformance``)
 
 
-def page_context(policy: Policy, c: ViolationClass, trace_path: str, status: str) -> ClassPage:
+def page_context(policy: Policy, c: ViolationClass, trace_path: str, status: str,
+                 conformance: dict | None = None) -> ClassPage:
     rep = replay(c.witness, policy)
     dispatch = None
     record = rep.records[c.step] if c.step < len(rep.records) else None
@@ -45,7 +45,7 @@ def page_context(policy: Policy, c: ViolationClass, trace_path: str, status: str
             if sig == c.signature and v is not None and v.dispatch is not None:
                 dispatch = record.dispatches[v.dispatch]
                 break
-    return ClassPage(policy, c, trace_path, status, rep.records, c.step, dispatch)
+    return ClassPage(policy, c, trace_path, status, rep.records, c.step, dispatch, conformance or {})
 
 
 def header(p: ClassPage) -> list[str]:
@@ -74,7 +74,7 @@ def reproduce(p: ClassPage) -> list[str]:
 
 
 def scenario(p: ClassPage) -> list[str]:
-    facts = committed()[matrix.witness_release(p.cls.witness, {})]
+    facts = committed()[matrix.witness_release(p.cls.witness, p.conformance)]
     return ["## Reproduce it with vLLM", "", *serve.markdown(p.cls.witness, p.policy, facts), ""]
 
 
@@ -90,46 +90,22 @@ def stacks(p: ClassPage) -> list[str]:
     return lines + mermaid(found, p.dispatch) + [""]
 
 
-def responsible(p: ClassPage) -> list[str]:
-    if p.cls.signature.property == HALT:
-        return []
-    release = getattr(p.policy, "release", None)  # an MRV2 release
-    prop, scenario = p.cls.signature.property, p.cls.witness.scenario
-    where = (mrv2_responsible_lines(release, prop, scenario, p.dispatch) if release
-             else responsible_lines(prop, scenario, p.dispatch))
-    lines = [f"## vLLM {release or '0.33'}.0 {'MRV2 ' if release else ''}lines responsible", ""]
-    return lines + [f"- {x}" for x in where] + [""]
+def code_path(p: ClassPage) -> list[str]:
+    return decision_lines.markdown(p.cls.witness, p.conformance, p.step, p.trace_path)
 
 
-SECTIONS = [header, reproduce, scenario, events, stacks, responsible]
+SECTIONS = [header, reproduce, scenario, events, stacks, code_path]
 
 
 def class_page(p: ClassPage) -> str:
     return "\n".join(line for section in SECTIONS for line in section(p))
 
 
-def witness_confirmations(reports: Path) -> dict[str, str]:
-    """Trace name -> "confirmed on vLLM X ..." / "refuted ..." from committed conformance runs."""
-    out: dict[str, str] = {}
-    for path in sorted((reports / "conformance").glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        for f in data.get("findings", []):
-            if isinstance(f, dict) and f.get("name"):
-                out[f["name"]] = f"{f.get('status', '?')} on vLLM {data.get('vllm')} by the real-code replay"
-    return out
-
-
-NOT_REPLAYED = "reading: this class's witness has not been replayed on real vLLM (`cudagraph-contract conform --traces {path}`)"
-
-
-def write_class(out: Path, folder: str, policy: Policy, c: ViolationClass, confirmations: dict[str, str]) -> list[Path]:
-    """``out/folder/<class id>.md`` and ``.json``."""
+def write_class(out: Path, folder: str, policy: Policy, c: ViolationClass, conformance: dict) -> list[Path]:
+    """``out/folder/<class id>.md`` and ``.json``; ``conformance`` is ``matrix.load_conformance``'s."""
     rel = f"{folder}/{c.id}"
-    status = confirmations.get(c.witness.name, NOT_REPLAYED.format(path=f"{rel}.json"))
-    page = class_page(page_context(policy, c, f"{rel}.json", status))
+    label = status.status(c.witness, conformance, f"{rel}.json").text
+    page = class_page(page_context(policy, c, f"{rel}.json", label, conformance))
     trace, md = out / folder / f"{c.id}.json", out / folder / f"{c.id}.md"
     write_atomic(trace, c.witness.dumps())
     write_atomic(md, page)
@@ -163,13 +139,13 @@ def differential_page(d, chosen: str) -> str:
 
 
 def write_differential(out: Path, d, chosen: str, branch: Policy, base: Policy,
-                       confirmations: dict[str, str]) -> list[Path]:
+                       conformance: dict) -> list[Path]:
     """``out/<branch>/differential.md`` and a page per new, fixed and inherited class."""
     folder = out / d.branch
     written = []
     for key, policy in (("new", branch), ("fixed", base), ("inherited", branch)):
         for c in getattr(d, key):
-            written += write_class(out, f"{d.branch}/differential/{key}", policy, c, confirmations)
+            written += write_class(out, f"{d.branch}/differential/{key}", policy, c, conformance)
     write_atomic(folder / "differential.md", differential_page(d, chosen))
     write_atomic(folder / "differential.json", json.dumps({**d.to_json(), "base_chosen": chosen}, indent=2) + "\n")
     return written + [folder / "differential.md", folder / "differential.json"]

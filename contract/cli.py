@@ -145,6 +145,34 @@ def _classes_note(exploration, pid: str) -> str:
     return f" · {n} class{'es' if n != 1 else ''}" if n else ""
 
 
+def _verdict_table(profile: str, rows) -> Table:
+    """One row per (policy name, verdicts, exploration): each property's verdict and its classes."""
+    table = Table(title=f"verdicts (profile {profile})")
+    table.add_column("policy")
+    for pid, prop in PROPERTIES.items():
+        table.add_column(f"{pid} {prop.name}")
+    for name, verdicts, exploration in rows:
+        table.add_row(name, *(_cell(v) + _classes_note(exploration, pid) for pid, v in verdicts.items()))
+    return table
+
+
+def _verdict_line(name: str, verdicts, exploration) -> str:
+    """One line per policy, readable at any terminal width: what fails, how short, how many
+    classes, and what holds; an unexpected verdict is marked."""
+    fails, holds = [], []
+    for pid, v in verdicts.items():
+        mark = " [bold red]UNEXPECTED[/]" if v.expected is not None and not v.as_expected else ""
+        if v.holds and exploration.holds(pid):
+            holds.append(pid + mark)
+            continue
+        shortest = exploration.counterexamples.get(pid)
+        n = len(exploration.classes_of(pid))
+        detail = [f"{len(shortest.events)} events" if shortest is not None else "Hypothesis only"]
+        detail += [f"{n} class{'es' if n != 1 else ''}"] if n else []
+        fails.append(f"{pid} fails ({', '.join(detail)}){mark}")
+    return f"  {name}: " + "; ".join(fails + ([f"holds {' '.join(holds)}"] if holds else []))
+
+
 def _print_hypothesis_classes(results, policies) -> None:
     from contract.classes import of_trace
 
@@ -241,13 +269,7 @@ def verify(
         }
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     elif not quiet:
-        table = Table(title=f"verdicts (profile {profile})")
-        table.add_column("policy")
-        for pid, prop in PROPERTIES.items():
-            table.add_column(f"{pid} {prop.name}")
-        for name, verdicts in results.items():
-            table.add_row(name, *(_cell(v) + _classes_note(explored[name], pid) for pid, v in verdicts.items()))
-        out.print(table)
+        out.print(_verdict_table(profile, [(name, verdicts, explored[name]) for name, verdicts in results.items()]))
         for name, (reached, reachable) in coverage.items():
             out.print(f"{name}: the {profile} profile reached {reached} of {reachable} cells the explorer "
                       f"finds reachable ({100 * reached / max(reachable, 1):.1f}%)")
@@ -451,7 +473,11 @@ def report(
                    for r in results}
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     elif not quiet:
-        out.print(f"wrote {out_dir}/README.md")
+        out.print(f"verdicts (profile {profile}; explorer's shortest counterexample, violation classes):")
+        for r in results:
+            out.print(_verdict_line(r.policy.name, r.verdicts, r.exploration), soft_wrap=True, highlight=False)
+        out.print(f"wrote {out_dir}/README.md (verdicts, violation classes and coverage) and a page per "
+                  "counterexample and per class")
         if differentials:
             from contract.diffview import print_differential
 

@@ -8,17 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.coverage import Cell
-from contract.evidence import matrix, serve, status, vllm_test
+from contract.evidence import decision_lines, matrix, serve, status, vllm_test
 from contract.evidence.release_facts import committed
 from contract.expected import STATUS
-from contract.mrv2.report import responsible_lines as mrv2_responsible_lines
 from contract.explore import Exploration
 from contract.markdown import mermaid, step_list
 from contract.observation import Dispatch
 from contract.policy import Policy
 from contract.properties import PROPERTIES
 from contract.render import dispatch_summary
-from contract.scenario import Runner, Scenario
+from contract.scenario import Runner
 from contract.trace import Trace, replay, write_atomic
 from contract.verify import Verdict
 
@@ -31,50 +30,6 @@ class PolicyResult:
     verdicts: dict[str, Verdict]
     exploration: Exploration
     cells: set[Cell]  # reached by the Hypothesis runs
-
-
-# ---------------------------------------------------------------------------------------------
-# Where in vLLM a violation comes from (vLLM 0.33.0 paths, spec citations)
-
-WRAPPING = "`v1/worker/gpu_model_runner.py:5128-5165` (`load_model` wrapping)"
-
-
-def responsible_lines(prop: str, scenario: Scenario, d: Dispatch | None) -> list[str]:
-    if prop == "P6":
-        return ["`compilation/cuda_graph.py:222-226` and `compilation/breakable_cudagraph.py:304-307` (`unwrap`)",
-                "`v1/worker/gpu_ubatch_wrapper.py:117-119` (`UBatchWrapper.unwrap` does not recurse)",
-                "`v1/worker/gpu_model_runner.py:3078-3097` (`get_model`)"]
-    if d is None:
-        return [WRAPPING]
-    out = []
-    if prop == "P4":
-        out += ["`compilation/monitor.py:98-110` (the capture guard, False after `capture_model`)",
-                "`v1/worker/gpu_model_runner.py:5812-5822` (the drafter captures only during target PIECEWISE capture)"]
-        if d.role == "drafter":
-            out.append("`v1/spec_decode/llm_base_proposer.py:420-435` (a FULL target maps the drafter to PIECEWISE)")
-    elif prop == "P3":
-        out += [WRAPPING, "`compilation/breakable_cudagraph.py:329-333` (the breakable wrapper's mode gate)"]
-    elif prop == "P2":
-        out += ["`compilation/cuda_graph.py:246-256` and `compilation/breakable_cudagraph.py:329-333` (NONE passes through)"]
-    elif prop == "P5":
-        out += ["`compilation/cuda_graph.py:259-263` and `compilation/breakable_cudagraph.py:337-343` "
-                "(entries keyed by batch descriptor, not by mode)"]
-    elif prop == "P1" and len(d.acting) > 1:
-        out += [WRAPPING, "`compilation/breakable_cudagraph.py:329-333` (`runtime_mode=None` matches every mode)"]
-    elif prop == "P1":
-        if scenario.ubatching:
-            out += ["`v1/worker/gpu_model_runner.py:5133` (no breakable wrapper under micro-batching)",
-                    "`v1/worker/gpu_ubatch_wrapper.py:376-377` (PIECEWISE goes to the raw runnable)"]
-        if scenario.breakable:
-            out += ["`config/vllm.py:867-869` (breakable sets compilation mode NONE: no compiled piecewise wrappers)",
-                    WRAPPING]
-        else:
-            out += ["`compilation/backends.py:678-682` (inner PIECEWISE wrappers decided at the first forward)",
-                    "`config/compilation.py:1395-1466` (resolve adds PIECEWISE after `load_model` and compilation)"]
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def _violating_dispatch(trace: Trace, records) -> tuple[int, Dispatch | None, str]:
@@ -129,11 +84,7 @@ def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: i
     if d is not None:
         lines += [f"Dispatch at step {step_index}: {dispatch_summary(d)}", ""]
     lines += mermaid(stacks, d)
-    release = getattr(policy, "release", None)  # an MRV2 release
-    lines += ["", f"## vLLM {release or '0.33'}.0 {'MRV2 ' if release else ''}lines responsible", ""]
-    where = mrv2_responsible_lines(release, prop, trace.scenario, d) if release else responsible_lines(prop, trace.scenario, d)
-    lines += [f"- {x}" for x in where]
-    lines.append("")
+    lines += ["", *decision_lines.markdown(trace, conformance, step_index, f"reports/{policy.name}/{prop}.json")]
     return "\n".join(lines)
 
 
@@ -241,23 +192,22 @@ def write(out: Path, results: list[PolicyResult], conformance_reports: Path | No
           differentials: dict | None = None) -> list[Path]:
     """``conformance_reports`` (default ``out``) holds the committed ``conformance/*.json``;
     ``differentials`` maps a policy name to (Differential, chosen-base line, branch, base)."""
-    from contract.class_report import witness_confirmations, write_class, write_differential
+    from contract.class_report import write_class, write_differential
 
     confirmations = load_confirmations(conformance_reports or out)
-    by_witness = witness_confirmations(conformance_reports or out)
     conformance = matrix.load_conformance((conformance_reports or out) / "conformance")
     written = []
     for r in results:
         for c in r.exploration.classes:
-            written += write_class(out, f"{r.policy.name}/classes", r.policy, c, by_witness)
+            written += write_class(out, f"{r.policy.name}/classes", r.policy, c, conformance)
     for d, chosen, branch, base in (differentials or {}).values():
-        written += write_differential(out, d, chosen, branch, base, by_witness)
+        written += write_differential(out, d, chosen, branch, base, conformance)
     for r in results:
         for pid, v in r.verdicts.items():
             trace = r.exploration.counterexamples.get(pid)
             if trace is None:
                 continue
-            label = status.status(trace, conformance).text
+            label = status.status(trace, conformance, f"reports/{r.policy.name}/{pid}.json").text
             page = counterexample_page(r, pid, trace, v.length, label, conformance)
             base = out / r.policy.name / pid
             write_atomic(base.with_suffix(".json"), trace.dumps())

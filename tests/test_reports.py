@@ -65,3 +65,48 @@ def test_reports_are_byte_for_byte_current(regenerated):
     assert written
     stale = [p for p in written if not (REPORTS / p).is_file() or (REPORTS / p).read_bytes() != (out / p).read_bytes()]
     assert not stale, f"reports/ is stale, run `make verify`: {stale}"
+
+
+def _package(release: str) -> Path | None:
+    venv = ROOT / f".venv-vllm-{release}"
+    found = sorted(venv.glob("lib/python3*/site-packages/vllm/__init__.py"))
+    if not found:
+        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+            pytest.fail(f".venv-vllm-{release} is missing")
+        return None
+    return found[0].parent
+
+
+def test_pages_cite_only_lines_that_ran_at_the_replayed_release(regenerated):
+    """Each page's code-path section links only releases its witness was replayed on, at that
+    release's tag, and each range is a function (or statements of the method named) in that
+    release's installed source; a page whose witness no replay ran cites no lines."""
+    from contract.evidence import matrix
+    from contract.trace import load
+    from test_decision_lines import LINK, SECTION, check_permalinks
+
+    out = regenerated[0]
+    conformance = matrix.load_conformance(REPORTS / "conformance")
+    pages = sorted(p for p in out.rglob("*.md") if p.with_suffix(".json").is_file() and p.parent.name != "conformance")
+    assert pages
+    packages = {}
+    cited = 0
+    for page in pages:
+        text = page.read_text()
+        assert SECTION in text and "lines responsible" not in text, page
+        section = text.split(SECTION, 1)[1]
+        trace = load(page.with_suffix(".json"))
+        replayed = {release for (release, runner), data in conformance.items() if runner is trace.scenario.runner
+                    for t in data.get("traces", []) if t.get("name") == trace.name and t.get("decision_path")}
+        linked = {m.group(2) for m in LINK.finditer(section)}
+        assert linked <= replayed, (page, linked, replayed)
+        if not replayed:
+            assert not linked and ".py:" not in section, page
+        for release in linked:
+            packages.setdefault(release, _package(release))
+        usable = {r: p for r, p in packages.items() if p is not None}
+        if linked and linked <= set(usable):
+            cited += check_permalinks(text, usable)
+    # the committed conformance runs record paths, so some page cites lines
+    if any(t.get("decision_path") for data in conformance.values() for t in data.get("traces", [])):
+        assert cited

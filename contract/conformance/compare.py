@@ -43,6 +43,7 @@ class TraceResult:
     real_steps: list[dict] = field(default_factory=list)
     violations: list[dict] = field(default_factory=list)  # the model's, under the compared policy
     note: str = ""
+    path: list[dict] = field(default_factory=list)  # decision points per step (``decisions.Log.path``)
 
     @property
     def agrees(self) -> bool:
@@ -53,6 +54,8 @@ class TraceResult:
                "status": self.status, "steps": self.steps, "agreeing": self.agreeing}
         if self.note:
             out["note"] = self.note
+        if self.path:
+            out["decision_path"] = self.path
         if self.diffs:
             out["disagreements"] = [
                 {"step": d.index, "event": d.event, "model": d.model, "vllm": d.real} for d in self.diffs
@@ -93,6 +96,9 @@ def compare(session, trace: Trace, policy: Policy, source: str, runner: Runner =
         return result
     observed = session.replay(trace.scenario, trace.events[: len(predicted)])
     result.model_steps, result.real_steps = predicted, observed
+    log = getattr(session, "decisions", None)  # the MRV1 replay logs its decision points
+    if log is not None:
+        result.path = list(log.path)
     for i, (want, got) in enumerate(zip_longest(predicted, observed)):
         result.steps += 1
         if want == got:

@@ -71,6 +71,9 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
         out.generated["violations"] = dict(sorted(counts.items()))
     out.decisions = session.decisions.to_json()
     out.mirrored = session.mirrored()
+    from contract.conformance.decisions import WHERE
+
+    out.where = dict(sorted(WHERE.items()))
     return out
 
 

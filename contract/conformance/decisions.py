@@ -5,7 +5,11 @@ A decision point is a function whose outcome shapes the observation: vLLM's runn
 ``__call__``, and the harness's own glue where it mirrors vLLM's lines. Each is tracked by a
 pass-through shim that notes its name in the current step; who made it is read from where its code
 lives (``co_filename`` under the installed ``vllm`` package, or the harness's own file), never
-declared. The log counts, per event kind and point, the steps in which the point was made.
+declared. The log counts, per event kind and point, the steps in which the point was made, and keeps,
+for the trace being replayed, the points each step reached in the order first reached (its
+*path*). Where a point's code lives (the file under the ``vllm`` package and the line range of
+its function) is read from the code object and the file's ``ast`` when the point is tracked
+(``where``), so a report cites the installed release's own lines.
 
 Every point the harness mirrors is listed in ``MIRRORED`` with the vLLM statements it mirrors,
 found by ``ast`` in each supported release's source and hashed; ``tests/test_decisions.py`` fails
@@ -25,6 +29,9 @@ from pathlib import Path
 
 VLLM = "vLLM"
 HARNESS = "harness"
+# The scenario's VllmConfig, built by vLLM's __post_init__: a trace's path entry before its first event.
+CONFIG_POINT = "VllmConfig.__post_init__"
+CONFIG_STEP = "config"
 
 
 def owner(function) -> str:
@@ -33,10 +40,58 @@ def owner(function) -> str:
     return VLLM if "/vllm/" in filename.replace("\\", "/") else HARNESS
 
 
+def _vllm_package() -> Path | None:
+    try:
+        import vllm
+    except ImportError:
+        return None
+    return Path(vllm.__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=None)
+def _functions(filename: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(name, first line of the def or its first decorator) -> (that line, last line)."""
+    try:
+        tree = ast.parse(Path(filename).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            out[(node.name, first)] = (first, node.end_lineno or node.lineno)
+    return out
+
+
+def where(function, name: str | None = None, package: Path | None = None) -> dict | None:
+    """Where ``function``'s code lives in the installed ``vllm`` package: ``{"function", "path",
+    "lines"}`` with ``path`` relative to the package (default: the imported ``vllm``) and ``lines``
+    the first (decorators included) and last line of its ``def``, found by ``ast`` at the code
+    object's ``co_firstlineno``; None for code outside the package."""
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    package = package or _vllm_package()
+    if code is None or package is None:
+        return None
+    filename = Path(code.co_filename).resolve()
+    if not filename.is_relative_to(package):
+        return None
+    span = _functions(str(filename)).get((code.co_name, code.co_firstlineno))
+    if span is None:
+        return None
+    return {"function": name or getattr(code, "co_qualname", code.co_name),
+            "path": filename.relative_to(package).as_posix(), "lines": list(span)}
+
+
+# point -> where its code lives (``where``; for a mirrored point, the statements it mirrors),
+# filled as points are tracked.
+WHERE: dict[str, dict] = {}
+
+
 @dataclass
 class Log:
     current: dict[str, str] = field(default_factory=dict)  # point -> owner, this step
     steps: Counter = field(default_factory=Counter)  # (event kind, point, owner) -> steps
+    path: list[dict] = field(default_factory=list)  # the trace being replayed: {"event", "points"} per step
 
     def note(self, point: str, who: str) -> None:
         self.current.setdefault(point, who)
@@ -44,7 +99,11 @@ class Log:
     def close_step(self, kind: str) -> None:
         for point, who in self.current.items():
             self.steps[(kind, point, who)] += 1
+        self.path.append({"event": kind, "points": list(self.current)})
         self.current = {}
+
+    def start_trace(self) -> None:
+        self.current, self.path = {}, []
 
     def to_json(self) -> list[dict]:
         return [{"event": kind, "point": point, "owner": who, "steps": n}
@@ -54,13 +113,26 @@ class Log:
 LOG: Log | None = None
 
 
-def tracked(function, point: str):
-    """``function`` noting ``point`` in the current step each time it is called."""
+def note(point: str, function, name: str | None = None) -> None:
+    """``point`` reached in the current step by vLLM's ``function`` (called outside any shim)."""
+    found = where(function, name)
+    if found is not None:
+        WHERE.setdefault(point, {"owner": VLLM, **found})
+    if LOG is not None:
+        LOG.note(point, owner(function))
+
+
+def tracked(function, point: str, location: dict | None = None):
+    """``function`` noting ``point`` in the current step each time it is called; ``location``
+    (``where``'s form) for code whose ``def`` is not in vLLM's source (a block cut from a method)."""
     if getattr(function, "__decision_point__", None):
         return function
-    who = owner(function)
     if isinstance(function, staticmethod):
-        return staticmethod(tracked(function.__func__, point))
+        return staticmethod(tracked(function.__func__, point, location))
+    who = owner(function)
+    found = location or (where(function) if who == VLLM else None)
+    if found is not None:
+        WHERE.setdefault(point, {"owner": who, **found})
 
     @functools.wraps(function)
     def shim(*args, **kwargs):
@@ -140,6 +212,17 @@ class Mirrored:
     def digest(self, vllm_package: Path) -> str:
         nodes = self.nodes((vllm_package / self.path).read_text(encoding="utf-8"))
         return hashlib.sha256("\n".join(ast.dump(n) for n in nodes).encode()).hexdigest()
+
+    def location(self, vllm_package: Path) -> dict | None:
+        """``where``'s form for the mirrored statements: the first to the last line they span."""
+        try:
+            nodes = self.nodes((vllm_package / self.path).read_text(encoding="utf-8"))
+        except (OSError, LookupError, SyntaxError):
+            return None
+        if not nodes:
+            return None
+        return {"function": f"{self.class_name}.{self.method}", "path": self.path,
+                "lines": [min(n.lineno for n in nodes), max(n.end_lineno or n.lineno for n in nodes)]}
 
 
 MIRRORED = (

@@ -41,6 +41,8 @@ from contract.runner import PROFILE_NUM_TOKENS
 from contract.scenario import DrafterKind, Scenario
 
 
+
+
 class Halt(Exception):
     """vLLM stopped: the text is the model's ``halted`` form."""
 
@@ -66,7 +68,13 @@ class Session:
 
         self.device = simcuda.DEVICE
         self.block = wrapping.load(gpu_model_runner)
-        self.load_model_block = decisions.tracked(self.block.function, "GPUModelRunner.load_model (wrapping block)")
+        from pathlib import Path
+
+        block_file = Path(self.block.path).resolve().relative_to(Path(vllm.__file__).resolve().parent)
+        self.load_model_block = decisions.tracked(
+            self.block.function, "GPUModelRunner.load_model (wrapping block)",
+            {"function": "GPUModelRunner.load_model", "path": block_file.as_posix(),
+             "lines": [self.block.first_line, self.block.last_line]})
         self.configs = ConfigCache()
         self.recorder = Recorder()
         observe.install(self.recorder)
@@ -110,7 +118,7 @@ class Session:
         type(vllm_platforms.current_platform)._global_graph_pool = None
         SimCuda.reset()
         self.recorder.labels.clear()
-        self.decisions.current = {}
+        self.decisions.start_trace()
 
     def attention_backend(self, support_name: str) -> type:
         """An attention backend whose metadata builder reports ``support_name``
@@ -163,6 +171,10 @@ class RealRun:
         self.recorder = session.recorder
         try:
             vllm_config = session.configs.get(scenario)
+            # Built by vLLM's __post_init__ once per config key (ConfigCache): the start-up
+            # "step" of the trace's path, before its first event.
+            decisions.note(decisions.CONFIG_POINT, type(vllm_config).__post_init__)
+            session.decisions.close_step(decisions.CONFIG_STEP)
             speculative_config = vllm_config.speculative_config
             device_ = torch.device("cuda" if session.device == "cuda" else "cpu")
             # max_num_tokens is the model's (PROFILE_NUM_TOKENS): profile_run dispatches it with
@@ -510,11 +522,24 @@ def _track_decision_points(runner_class) -> None:
     for name in ("graph_capture", "maybe_create_ubatch_slices"):
         decisions.track_attribute(gmr, name)
     decisions.track_attribute(backends, "wrap_with_cudagraph_if_needed")
-    # the harness's mirrored points
+    from vllm.config import CompilationConfig
+
+    if "resolve_cudagraph_mode_and_sizes" in CompilationConfig.__dict__:  # the resolve's branches
+        decisions.track_attribute(CompilationConfig, "resolve_cudagraph_mode_and_sizes",
+                                  "CompilationConfig.resolve_cudagraph_mode_and_sizes")
+    # the harness's mirrored points, located at the statements they mirror
+    from pathlib import Path
+
+    import vllm
+
+    package = Path(vllm.__file__).resolve().parent
+    m = {point.point: point.location(package) for point in decisions.MIRRORED}
     global execute_model_dispatch, propose_dispatch
-    execute_model_dispatch = decisions.tracked(execute_model_dispatch, decisions.MIRRORED[1].point)
-    propose_dispatch = decisions.tracked(propose_dispatch, decisions.MIRRORED[2].point)
-    compiled.split_graph = decisions.tracked(compiled.split_graph, decisions.MIRRORED[0].point)
+    execute_model_dispatch = decisions.tracked(execute_model_dispatch, decisions.MIRRORED[1].point,
+                                               m[decisions.MIRRORED[1].point])
+    propose_dispatch = decisions.tracked(propose_dispatch, decisions.MIRRORED[2].point, m[decisions.MIRRORED[2].point])
+    compiled.split_graph = decisions.tracked(compiled.split_graph, decisions.MIRRORED[0].point,
+                                             m[decisions.MIRRORED[0].point])
 
 
 def _label(node) -> str:

@@ -62,6 +62,7 @@ class ConformanceRun:
     findings: list[Finding] = field(default_factory=list)
     decisions: list[dict] = field(default_factory=list)  # decisions.Log.to_json()
     mirrored: list[dict] = field(default_factory=list)  # point, digest, whether this release's is known
+    where: dict = field(default_factory=dict)  # point -> owner, function, path, lines (``decisions.WHERE``)
 
     @property
     def steps(self) -> int:
@@ -101,7 +102,7 @@ class ConformanceRun:
             "findings": [f.to_json() for f in self.findings],
             "confirmations": self.confirmations(),
             "decision_points": {"share_vllm": share(self.decisions), "mirrored": self.mirrored,
-                                "steps": self.decisions},
+                                "steps": self.decisions, "where": self.where},
         }
 
     def confirmations(self) -> list[dict]:
@@ -268,9 +269,14 @@ def _runs(folder: Path) -> list[dict]:
     return runs
 
 
+def _release(run: dict) -> str:
+    mrv2 = (run.get("load_model_block") or {}).get("runner") == "MRV2"
+    return run["vllm"] + (" (Model Runner V2)" if mrv2 else "")
+
+
 def decisions_markdown(folder: Path) -> str:
     """Per release: which decision points the replayed steps reached, and whose code made them."""
-    runs = [r for r in _runs(folder) if r.get("decision_points")]
+    runs = [r for r in _runs(folder) if (r.get("decision_points") or {}).get("steps")]
     lines = [
         "# Conformance runs: whose code made each decision",
         "",
@@ -288,11 +294,11 @@ def decisions_markdown(folder: Path) -> str:
     for r in runs:
         dp = r["decision_points"]
         mirrored = ", ".join(m["point"] + ("" if m["known"] else " (**source changed**)") for m in dp["mirrored"])
-        lines.append(f"| {r['vllm']} | {r['steps']} | **{_pct(dp['share_vllm'])}** | {mirrored} |")
+        lines.append(f"| {_release(r)} | {r['steps']} | **{_pct(dp['share_vllm'])}** | {mirrored or 'none'} |")
     for r in runs:
         entries = r["decision_points"]["steps"]
         events = sorted({e["event"] for e in entries})
-        lines += ["", f"## vLLM {r['vllm']}", "", "| decision point | owner | " + " | ".join(events) + " |",
+        lines += ["", f"## vLLM {_release(r)}", "", "| decision point | owner | " + " | ".join(events) + " |",
                   "|---|---|" + "---|" * len(events)]
         table: dict[tuple[str, str], dict[str, int]] = {}
         for e in entries:

@@ -68,12 +68,15 @@ def load_conformance(directory: Path) -> dict[tuple[str, Runner], dict]:
 
 
 def violates(trace: Trace, policy_name: str) -> bool | None:
-    """Whether the model reports ``trace.property`` under ``policy_name``; None when the trace's
+    """Whether the model reports ``trace.property`` under ``policy_name`` (for a trace with no
+    property, a *halt* class's witness: whether vLLM stops at its last step); None when the trace's
     start-up order cannot happen under it."""
     try:
-        _, violations, _ = predict(trace, load_policy(policy_name))
+        steps, violations, _ = predict(trace, load_policy(policy_name))
     except TraceError:
         return None
+    if trace.property is None:
+        return len(steps) == len(trace.events) and bool(steps) and "halted" in steps[-1]
     return any(v["property"] == trace.property for v in violations)
 
 
@@ -112,12 +115,20 @@ def markdown(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> list[
 
 
 def witness_release(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> str:
-    """The release a page shows the reproduction on: the first where the replay confirmed it, else
-    the first its policy models, else the newest."""
+    """The release a page shows the reproduction on: the first its policy models where the replay
+    confirmed it, else the first where the replay confirmed it, else the first its policy models,
+    else the newest."""
     cells = row(trace, conformance)
     affected = [c.release for c in cells if c.state == AFFECTED]
     modelled = [r for r in RELEASES if release_policy(r, trace.scenario.runner) == trace.policy]
-    return (affected or modelled or [RELEASES[-1]])[0]
+    return ([r for r in affected if r in modelled] or affected or modelled or [RELEASES[-1]])[0]
+
+
+def replay_release(trace: Trace) -> str:
+    """The release to replay a trace on: the first its policy models, else the first release of its
+    runner the project replays (an unreleased MRV1 revision such as #56312's draft starts from 0.30.0)."""
+    modelled = [r for r in RELEASES if release_policy(r, trace.scenario.runner) == trace.policy]
+    return modelled[0] if modelled else ("0.30.0" if trace.scenario.runner is Runner.MRV1 else "0.34.0")
 
 
 def outcomes(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> str:

@@ -1,24 +1,31 @@
-"""An honest label per counterexample: known and fixed upstream, new, or reading; and "confirmed"
+"""An honest label per counterexample: known and fixed upstream, new, refuted or reading; and "confirmed"
 spelled out as what ran.
 
 The label follows the affected-release matrix (``contract/evidence/matrix.py``):
 
 - **known, fixed upstream**: affected on a replayed release and fixed on a later replayed one;
 - **new**: affected on a replayed release and on every later replayed one;
-- **reading**: no replay shows it (the policy models no release, or the runner is not replayed).
+- **refuted**: a replay on a release the trace's policy models differs from the model;
+- **reading**: no replay shows it (the policy models no release, or the trace was not replayed).
 
-What a confirmation ran: vLLM's own ``VllmConfig``, ``load_model`` wrapping block, resolve
-(``_check_and_update_cudagraph_mode``), dispatchers and wrappers, on CPU with CUDA graphs simulated
-(``contract/conformance/simcuda.py``); the runner's orchestration between those calls is mirrored
-from the vLLM 0.30.0 lines below (``contract/conformance/replay.py``).
+What a confirmation ran, per runner (the functions and lines themselves are cited on each page from
+the replay's recorded path, ``decision_lines.py``). Model Runner V1: vLLM's own ``VllmConfig``,
+``load_model`` wrapping block, runner steps (``profile_run``, ``_dummy_run``,
+``profile_cudagraph_memory``, ``capture_model``), resolve, dispatchers and wrappers, on CPU with
+CUDA graphs simulated (``contract/conformance/simcuda.py``); the harness mirrors the batch-to-dispatch
+statements of ``execute_model`` and ``propose`` (``contract/conformance/replay.py``). Model Runner
+V2: the blocks of ``v1/worker/gpu/model_runner.py`` that decide modes, cut with ``ast`` and run
+unchanged, the CUDA-graph manager, ``profile_cudagraph_memory`` and ``capture_model`` entire, and a
+first forward compiled by real Dynamo (``contract/conformance/mrv2/``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from contract.evidence import matrix
-from contract.scenario import DrafterKind
+from contract.scenario import DrafterKind, Runner
 from contract.trace import Trace
 
 # What upstream changed between an affected and a fixed release, where this project has read it
@@ -28,31 +35,36 @@ UPSTREAM_FIXES: dict[tuple[str, str], str] = {
                           "first released in 0.30.0",
 }
 
-# Runner steps the replay mirrors, per event: vLLM 0.30.0 ``v1/worker/gpu_model_runner.py`` lines
-# (``llm_base_proposer.py`` for propose).
+# What the harness writes itself instead of running vLLM's lines, per event (MRV1).
 MIRRORED: dict[str, str] = {
-    "profile_run": "`profile_run` → `_dummy_run` (:6464-6537, :5850-6255)",
-    "profile_cudagraph_memory": "`profile_cudagraph_memory` (:6661-6828)",
-    "resolve": "`initialize_kv_cache` → `_check_and_update_cudagraph_mode` call (:7416, :7131-7135)",
-    "capture_model": "`capture_model` → `_capture_cudagraphs` (:6830-6934, :6936-7034)",
-    "execute_model": "`execute_model` → `_determine_batch_execution_and_padding` (:3953-4060)",
-    "propose": "`propose` (`llm_base_proposer.py:515-601`)",
+    "execute_model": "`execute_model`'s batch-to-dispatch statements",
+    "propose": "`propose`'s batch-to-dispatch statements",
 }
+
+NOT_REPLAYED = "reading: not replayed on real vLLM yet"
 
 
 @dataclass(frozen=True)
 class Status:
-    kind: str  # "known, fixed upstream", "new", "reading"
+    kind: str  # "known, fixed upstream", "new", "refuted", "reading", "halt"
     text: str
 
 
 def what_ran(trace: Trace, release: str) -> str:
-    kinds = list(dict.fromkeys(e.kind for e in trace.events if e.kind in MIRRORED))
+    if trace.scenario.runner is Runner.MRV2:
+        return (f"on vLLM {release}'s code on CPU, CUDA graphs simulated: vLLM's own `VllmConfig`, resolve, "
+                "`has_compiled_submodule`, the CUDA-graph manager (candidates, capture loop, `dispatch`, "
+                "`run_fullgraph`, `run_pw_graph`, the breakable runner), `dispatch_cg_and_sync_dp` (one DP rank), "
+                "`profile_cudagraph_memory` and `capture_model` entire, and the `initialize_kv_cache` and "
+                "`execute_model` blocks that decide modes, cut from `v1/worker/gpu/model_runner.py` and run "
+                "unchanged; the first forward compiled by real Dynamo through `VllmBackend`; stand-ins: the "
+                "KV-cache plumbing, a tiny model, one pipeline rank")
     text = (f"on vLLM {release}'s code on CPU, CUDA graphs simulated: vLLM's own `VllmConfig`, `load_model` "
-            "wrapping block, resolve, dispatchers and wrappers ran")
+            "wrapping block, runner steps (`profile_run`, `_dummy_run`, `profile_cudagraph_memory`, "
+            "`capture_model`), resolve, dispatchers and wrappers ran")
+    kinds = list(dict.fromkeys(e.kind for e in trace.events if e.kind in MIRRORED))
     if kinds:
-        text += "; runner steps mirrored from vLLM 0.30.0's `v1/worker/gpu_model_runner.py`: " + "; ".join(
-            MIRRORED[k] for k in kinds)
+        text += "; mirrored by the harness: " + " and ".join(MIRRORED[k] for k in kinds)
     if trace.scenario.drafter is not DrafterKind.NONE:
         text += "; `speculative_config` is a stand-in (no draft model is loaded)"
     if trace.scenario.ubatching:
@@ -60,16 +72,34 @@ def what_ran(trace: Trace, release: str) -> str:
     return text
 
 
-def status(trace: Trace, conformance: dict[str, dict]) -> Status:
+def not_replayed(trace: Trace, own: list[matrix.Cell], trace_path: str) -> str:
+    """Why no replay ran: the replay's own reason where it skipped the trace, else how to run it."""
+    reasons = sorted({re.sub(r"^not replayed \((.*)\)$", r"\1", c.detail.split(";")[0])
+                      for c in own if c.detail and not c.detail.startswith("no replay")})
+    if reasons:
+        return f"{NOT_REPLAYED} ({'; '.join(reasons)})"
+    return (f"{NOT_REPLAYED} (`cudagraph-contract conform --vllm {matrix.replay_release(trace)} "
+            f"--traces {trace_path or trace.name + '.json'}` replays it)")
+
+
+def status(trace: Trace, conformance: dict, trace_path: str = "") -> Status:
     cells = matrix.row(trace, conformance)
     affected = [c.release for c in cells if c.state == matrix.AFFECTED]
+    own = [c for c in cells if matrix.release_policy(c.release, trace.scenario.runner) == trace.policy]
+    refuted = [c for c in own if c.state == matrix.REFUTED]
+    if refuted:
+        return Status("refuted", "refuted: " + "; ".join(
+            f"on vLLM {c.release}'s code ({c.detail}), vLLM does not do what the model says" for c in refuted))
     if not affected:
-        own = [c for c in cells if matrix.release_policy(c.release, trace.scenario.runner) == trace.policy]
         why = own[-1].detail if own else "no replay shows it"
+        if not [c for c in cells if c.state in (matrix.FIXED, matrix.REFUTED)]:
+            return Status("reading", not_replayed(trace, own, trace_path))
         return Status("reading", f"reading: not confirmed on real vLLM ({why})")
     first = affected[0]
     fixed = [c.release for c in cells if c.state == matrix.FIXED and c.release > first]
     ran = what_ran(trace, " and ".join(affected))
+    if trace.property is None:  # a halt class: vLLM stopping is the observation, not a violation
+        return Status("halt", f"vLLM stops at this step as the model says: confirmed {ran}")
     modelled = {matrix.release_policy(r, trace.scenario.runner) for r in matrix.RELEASES}
     if trace.policy not in modelled:
         return Status("reading", f"reading: `{trace.policy}` models no released vLLM; the same events are "

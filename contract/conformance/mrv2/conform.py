@@ -92,6 +92,10 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
             if result.diffs:
                 out.generated_diffs.append(result)
         out.generated["violations"] = dict(sorted(counts.items()))
+    from contract.conformance.decisions import WHERE
+
+    out.decisions = session.decisions.to_json()
+    out.where = dict(sorted(WHERE.items()))
     return out
 
 

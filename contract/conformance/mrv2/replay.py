@@ -17,17 +17,25 @@ A step's event maps to the real inputs as the model reads it (``contract/mrv2/mo
 than ``q`` (``uniform_tok_count = None``, ``max_query_len = q + 1``); ``force_eager`` is
 ``need_eager`` (``is_profile``). ``profile_run`` dispatches the model's ``PROFILE_NUM_TOKENS`` over
 ``max_num_seqs`` requests: any count is NONE there.
+
+The decision points each step reaches are logged as for MRV1 (``decisions.py``): the blocks, the
+managers' methods, the runner's ``profile_cudagraph_memory`` and ``capture_model``, resolve, the
+wrappers and the functions the blocks call by name; every one is vLLM's code. The first-forward
+compile is not among them: its model is compiled once per config class and shared by the traces of
+that class (``Session.model``), so it runs in whichever trace comes first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 import os
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from contract.conformance import errors, observe, platform
+from contract.conformance import decisions, errors, observe, platform
 from contract.conformance.mrv2 import backends, cudagraph_utils, model_runner
 from contract.conformance.observe import Call, Recorder
 from contract.conformance.vllm_config import ConfigCache, config_key
@@ -149,6 +157,9 @@ class Session:
         self.configs = ConfigCache()
         self.recorder = ManagerRecorder()
         self._install_observers()
+        self.decisions = decisions.Log()
+        self._track_decision_points(Path(vllm.__file__).resolve().parent)
+        decisions.LOG = self.decisions
         self._models: dict[tuple, object] = {}
         self.run: RealRun | None = None
         gc.collect()
@@ -168,6 +179,38 @@ class Session:
         backends.install(self.recorder.compute_ran)
         cudagraph_utils.install(self.cudagraph_utils, self._capture_listener)
         self.gpu_model_runner.lock_workspace = lambda: None  # locks a GPU workspace buffer after capture
+
+    def _track_decision_points(self, package: Path) -> None:
+        """Pass-through shims noting each decision point a step reaches (``decisions.py``)."""
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
+        from vllm.compilation.cuda_graph import CUDAGraphWrapper
+        from vllm.config import CompilationConfig
+
+        blocks = {}
+        for name in self.blocks.__dataclass_fields__:
+            block = getattr(self.blocks, name)
+            where = {"function": block.method, "path": Path(block.path).resolve().relative_to(package).as_posix(),
+                     "lines": [block.first_line, block.last_line]}
+            point = f"{block.method} ({name.replace('_', ' ')} block)"
+            blocks[name] = dataclasses.replace(block, function=decisions.tracked(block.function, point, where))
+        self.blocks = type(self.blocks)(**blocks)
+        runner_class = self.gpu_model_runner.GPUModelRunner
+        for name in ("profile_cudagraph_memory", "capture_model", "get_model"):
+            if name in runner_class.__dict__:
+                decisions.track_attribute(runner_class, name, f"GPUModelRunner.{name}")
+        for module_global in ("has_compiled_submodule", "dispatch_cg_and_sync_dp", "_profile_cudagraph_memory"):
+            if hasattr(self.gpu_model_runner, module_global):
+                decisions.track_attribute(self.gpu_model_runner, module_global)
+        for cls in (self.cudagraph_utils.CudaGraphManager, getattr(self.cudagraph_utils, "ModelCudaGraphManager", None)):
+            for name in ("__init__", "_init_candidates", "capture", "dispatch", "run_fullgraph",
+                         "init_breakable_cg_runner", "run_pw_graph"):
+                if cls is not None and name in cls.__dict__:
+                    decisions.track_attribute(cls, name, f"{cls.__name__}.{name}")
+        if "resolve_cudagraph_mode_and_sizes" in CompilationConfig.__dict__:
+            decisions.track_attribute(CompilationConfig, "resolve_cudagraph_mode_and_sizes",
+                                      "CompilationConfig.resolve_cudagraph_mode_and_sizes")
+        for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper):
+            decisions.track_attribute(cls, "__call__", f"{cls.__name__}.__call__")
 
     def _capture_listener(self, kind, manager, desc) -> None:
         if self.run is not None:
@@ -189,6 +232,7 @@ class Session:
         SimCuda.reset()
         self.recorder.labels.clear()
         self.recorder.managers.clear()
+        self.decisions.start_trace()
 
     def model(self, scenario: Scenario, vllm_config):
         """One model per config-time class, compiled once by its first forward: a compile is
@@ -226,6 +270,9 @@ class RealRun:
             raise CannotBuild("speculators are not replayed yet")
         try:
             vllm_config = session.configs.get(scenario)
+            # Built by vLLM's __post_init__ once per config key: the path's start-up entry.
+            decisions.note(decisions.CONFIG_POINT, type(vllm_config).__post_init__)
+            session.decisions.close_step(decisions.CONFIG_STEP)
             backends.configure(vllm_config)
             self.model = session.model(scenario, vllm_config)
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal, one line
@@ -298,6 +345,8 @@ class RealRun:
             self.step["halted"] = text
         else:
             self.finish()
+        finally:
+            self.session.decisions.close_step(event.kind)
         return self.step
 
     def on_load_model(self, event) -> None:
