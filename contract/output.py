@@ -58,7 +58,9 @@ def _remove_folders(folders: list[Path]) -> None:
 
 def check_folder(folder: Path, option: str) -> None:
     """Raise ``OutputError`` unless ``folder`` is, or can be made, a folder this process can write
-    files into. Leaves nothing behind: folders it created to find out are removed again."""
+    files into. Creates nothing but a probe file, removed at once, in ``folder`` or in its nearest
+    existing ancestor: runs that share a parent folder start together (a test's jobs, two terminals),
+    and a probe that made and removed folders would pull them from under each other."""
     try:
         missing = _missing_folders(folder)
         existing = missing[-1].parent if missing else folder
@@ -68,15 +70,14 @@ def check_folder(folder: Path, option: str) -> None:
     except (OSError, ValueError) as exc:
         raise OutputError(f"{option} {folder} cannot be used: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        for d in reversed(missing):
-            d.mkdir()
-        fd, probe = tempfile.mkstemp(prefix=".cudagraph-contract-probe.", dir=folder)
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        if any(len(os.fsencode(d.name)) > name_max for d in missing):
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        fd, probe = tempfile.mkstemp(prefix=".cudagraph-contract-probe.", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise OutputError(f"{option} {folder} cannot be written: {_reason(exc)}; pass another folder") from None
-    finally:
-        _remove_folders(missing)
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:

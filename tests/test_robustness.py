@@ -300,3 +300,21 @@ def test_concurrent_runs_into_one_folder(tmp_path):
     assert not [p.name for p in files if p.name.startswith(".")]
     for p in files:
         load(p)
+
+
+def test_runs_into_sibling_folders_start_together(tmp_path):
+    """Runs that share a parent folder start together (a test module's conform jobs do): checking
+    an output folder must not create and remove the parent under the other run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from contract.output import check_folder, write_atomic
+
+    def run(i):
+        for n in range(200):
+            folder = tmp_path / f"shared-{n}" / f"run-{i}"
+            check_folder(folder, "--reports")
+            write_atomic(folder / "result.json", "{}")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(run, range(4)))
+    assert sum(1 for _ in tmp_path.rglob("result.json")) == 800
