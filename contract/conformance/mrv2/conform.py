@@ -85,6 +85,10 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
             if result.diffs:
                 out.generated_diffs.append(result)
         out.generated["violations"] = dict(sorted(counts.items()))
+    from contract.conformance.mrv2 import decision_points
+
+    out.decisions = session.decisions.to_json()
+    out.mirrored = decision_points.mirrored(session.version)
     return out
 
 

@@ -4,8 +4,9 @@
   ``ModelCudaGraphManager(...)`` construction (adaptive verification's rewrite, resolve, the new
   manager; ``33:…:748-774``, ``34:…:783-811``), and ``speculator.init_cudagraph_manager`` (``33:…:789-792``,
   ``34:…:826-829``);
-- ``execute_model``: the ``dispatch_cg_and_sync_dp`` statement (``33:…:1832-1848``, ``34:…:1884-1900``)
-  and the "Run model" branch (``33:…:2051-2097``, ``34:…:2119-2164``);
+- ``execute_model``: the ``dispatch_cg_and_sync_dp`` statement (``33:…:1832-1848``, ``34:…:1894-1910``)
+  and the "Run model" branch (``33:…:2051-2097``, ``34:…:2119-2164``); between them, the padded
+  token count and padding mask of ``prepare_inputs`` (``33:…:1395-1401``, ``34:…:1465-1471``);
 - ``capture_model``: the whole method, called unbound on the stand-in runner, and so is
   ``profile_cudagraph_memory`` (``v1/worker/gpu/cudagraph_utils.py``), whose KV-cache bootstrap
   (``_init_minimal_kv_cache_for_profiling``) calls the runner's ``initialize_kv_cache`` with a
@@ -35,6 +36,7 @@ class Blocks:
     initialize_kv_cache: Block
     init_speculator_cudagraph_manager: Block
     dispatch: Block
+    prepare_inputs: Block
     run_model: Block
 
     def where(self) -> dict[str, str]:
@@ -59,6 +61,11 @@ def load(module) -> Blocks:
             module, RUNNER, "execute_model", [("batch_desc, dp_sync_state = dispatch_cg_and_sync_dp(", None)],
             ("num_reqs", "num_toks", "uniform_tok_count", "max_query_len", "is_profile", "skip_compiled",
              "num_active_loras", "skip_attn_for_dummy_run", "scheduler_output"),
+        ),
+        prepare_inputs=cut(
+            module, RUNNER, "prepare_inputs",
+            [("num_tokens = batch_req_state.num_tokens", "if envs.VLLM_MOE_SKIP_PADDING")],
+            ("batch_req_state", "batch_desc"),
         ),
         run_model=cut(
             module, RUNNER, "execute_model", [("if batch_desc.cg_mode == CUDAGraphMode.FULL:", None)],

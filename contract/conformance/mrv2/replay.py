@@ -28,7 +28,7 @@ import types
 from dataclasses import dataclass, field
 
 from contract.conformance import errors, observe, platform
-from contract.conformance.mrv2 import backends, cudagraph_utils, model_runner
+from contract.conformance.mrv2 import backends, cudagraph_utils, decision_points, model_runner
 from contract.conformance.observe import Call, Recorder
 from contract.conformance.vllm_config import ConfigCache, config_key
 from contract.events import Event, event_to_json
@@ -149,6 +149,7 @@ class Session:
         self.configs = ConfigCache()
         self.recorder = ManagerRecorder()
         self._install_observers()
+        self.decisions = decision_points.install(self, RealRun)
         self._models: dict[tuple, object] = {}
         self.run: RealRun | None = None
         gc.collect()
@@ -189,6 +190,7 @@ class Session:
         SimCuda.reset()
         self.recorder.labels.clear()
         self.recorder.managers.clear()
+        self.decisions.current = {}
 
     def model(self, scenario: Scenario, vllm_config):
         """One model per config-time class, compiled once by its first forward: a compile is
@@ -298,6 +300,8 @@ class RealRun:
             self.step["halted"] = text
         else:
             self.finish()
+        finally:
+            self.session.decisions.close_step(event.kind)
         return self.step
 
     def on_load_model(self, event) -> None:
@@ -388,12 +392,12 @@ class RealRun:
             skip_attn_for_dummy_run=False, scheduler_output=scheduler_output,
         )
         batch_desc = out["batch_desc"]
-        # prepare_inputs: num_tokens_after_padding = max(num_tokens, batch_desc.num_tokens)
-        # (33:…/model_runner.py:1396, 34:…:1466)
-        padded = max(num_toks, batch_desc.num_tokens)
+        prepared = self.session.blocks.prepare_inputs(
+            self.runner, batch_req_state=types.SimpleNamespace(num_tokens=num_toks), batch_desc=batch_desc)
+        padded = prepared["num_tokens_after_padding"]
         buffers = self.runner.input_buffers
         input_batch = types.SimpleNamespace(num_tokens_after_padding=padded, num_tokens=num_toks,
-                                            is_padding=buffers.is_padding[:padded])
+                                            is_padding=prepared["is_padding"])
         model_inputs = {"input_ids": buffers.input_ids[:padded], "positions": buffers.positions[:padded],
                         "inputs_embeds": None, "intermediate_tensors": None}
         self.start(context, batch_desc.cg_mode.name, _descriptor(batch_desc))
