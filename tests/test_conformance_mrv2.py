@@ -104,7 +104,7 @@ def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
     assert data["policy"] == policy_for(version, "mrv2")
     assert data["load_model_block"]["runner"] == "MRV2"
     assert set(data["load_model_block"]["blocks"]) == {
-        "initialize_kv_cache", "init_speculator_cudagraph_manager", "dispatch", "prepare_inputs", "run_model"}
+        "initialize_kv_cache", "init_speculator_cudagraph_manager", "batch", "dispatch", "prepare_inputs", "run_model"}
     assert data["generated_traces"] > 50 and data["steps"] > 800
     steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
     unexpected = [x for x in steps if x["event"].split("(")[0] not in KNOWN_MODEL_ERRORS[version]]
@@ -132,6 +132,7 @@ def test_mrv2_decision_points_are_vllms_but_the_scheduled_batch(jobs, version):
     for expected in [("resolve", "CompilationConfig.resolve_cudagraph_mode_and_sizes"),
                      ("resolve", "has_compiled_submodule"), ("resolve", "ModelCudaGraphManager.__init__"),
                      ("capture_model", "graph_capture"), ("capture_model", "CudaGraphManager.capture"),
+                     ("execute_model", "GPUModelRunner.gather_batch_req_state"),
                      ("execute_model", "dispatch_cg_and_sync_dp"), ("execute_model", "CudaGraphManager.dispatch"),
                      ("execute_model", "GPUModelRunner.execute_model (run-model branch)"),
                      ("profile_run", "wrap_with_cudagraph_if_needed"), ("load_model", "VllmConfig.__post_init__")]:

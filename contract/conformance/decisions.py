@@ -176,10 +176,12 @@ MIRRORED = (
 )
 
 # Model Runner V2 (``contract/conformance/mrv2/``): the scheduler's side of a step. The replay has
-# no scheduler and no request states, so ``RealRun.execute``'s callers turn a trace event into the
-# counts ``execute_model`` computes from ``scheduler_output`` and ``gather_batch_req_state``
-# before its dispatch statement (which, like everything after it, runs as vLLM's own block).
-MRV2_BATCH = "execute_model: the scheduled batch's dispatch inputs"
+# no scheduler, so the harness writes a trace event as the ``SchedulerOutput`` and request states
+# that ``execute_model`` and ``gather_batch_req_state`` read (``model_runner.scheduled_batch``:
+# a uniform decode as running requests of ``q`` tokens, any other batch as prefilling requests),
+# and ``profile_run``'s dummy batch as its counts; vLLM's code computes the dispatch's inputs from
+# them. The guarded statements are the reads that make such a batch a decode or a prefill.
+MRV2_BATCH = "scheduler: the step's batch (requests, their state)"
 MIRRORED += (
     Mirrored(
         point=MRV2_BATCH, runner="MRV2",

@@ -7,21 +7,22 @@ as vLLM's:
 - ``VllmConfig.__post_init__``: the trace's config (``vllm_config.ConfigCache`` builds one per
   config-time class through it and hands out its post-init state; noted when a trace takes it);
 - the ``v1/worker/gpu/model_runner.py`` blocks the replay cuts with ``ast`` and runs unchanged
-  (``initialize_kv_cache``'s mode block, the speculator's manager, ``execute_model``'s dispatch
-  statement and "Run model" branch, ``prepare_inputs``' padded count), and the runner methods run
-  unbound (``get_model``, ``profile_cudagraph_memory``, ``capture_model``, ``needs_cudagraph_capture``);
+  (``initialize_kv_cache``'s mode block, the speculator's manager, ``execute_model``'s batch
+  statements, dispatch statement and "Run model" branch, ``prepare_inputs``' padded count), and the
+  runner methods run unbound (``get_model``, ``gather_batch_req_state``, ``profile_cudagraph_memory``,
+  ``capture_model``, ``needs_cudagraph_capture``);
 - what those call: ``has_compiled_submodule``, ``resolve_adaptive_cudagraph_mode``,
-  ``CompilationConfig.resolve_cudagraph_mode_and_sizes``, ``dispatch_cg_and_sync_dp``,
-  ``set_forward_context``, ``profile_cudagraph_memory`` of ``cudagraph_utils.py``, every
-  ``CudaGraphManager`` / ``ModelCudaGraphManager`` method that decides candidates, captures,
-  dispatches or replays, ``graph_capture``, the wrappers' ``__call__`` (the breakable runner, the
-  compiled pieces) and, at the first forward, ``VllmBackend.__call__`` and
+  ``CompilationConfig.resolve_cudagraph_mode_and_sizes``, ``get_uniform_decode_token_count``,
+  ``dispatch_cg_and_sync_dp``, ``set_forward_context``, ``profile_cudagraph_memory`` of
+  ``cudagraph_utils.py``, every ``CudaGraphManager`` / ``ModelCudaGraphManager`` method that decides
+  candidates, captures, dispatches or replays, ``graph_capture``, the wrappers' ``__call__`` (the
+  breakable runner, the compiled pieces) and, at the first forward, ``VllmBackend.__call__`` and
   ``wrap_with_cudagraph_if_needed``.
 
-The harness's own point is ``RealRun.execute``: the scheduler's side of a step, the counts
-``execute_model`` reads from ``scheduler_output`` and ``gather_batch_req_state`` before its dispatch
-statement, written from the trace event (``decisions.MRV2_BATCH``, guarded by
-``tests/test_decisions.py``).
+The harness's one point is the scheduler's side of a step (``decisions.MRV2_BATCH``): the
+``SchedulerOutput`` and request states ``model_runner.scheduled_batch`` writes for an
+``execute_model`` event, and the dummy batch's counts ``RealRun.on_profile_run`` passes for
+``profile_run``; the vLLM statements that read them are guarded by ``tests/test_decisions.py``.
 """
 
 from __future__ import annotations
@@ -33,16 +34,18 @@ from pathlib import Path
 from contract.conformance import decisions
 
 RUNNER = "MRV2"
-_RUNNER_METHODS = ("get_model", "profile_cudagraph_memory", "capture_model", "needs_cudagraph_capture")
+_RUNNER_METHODS = ("get_model", "profile_cudagraph_memory", "capture_model", "needs_cudagraph_capture",
+                   "gather_batch_req_state")
 _MANAGER_METHODS = ("__init__", "_init_candidates", "capture", "dispatch", "run_fullgraph", "run_pw_graph",
                     "init_breakable_cg_runner", "release_graphs", "needs_capture")
 _MODEL_RUNNER_GLOBALS = ("has_compiled_submodule", "resolve_adaptive_cudagraph_mode", "dispatch_cg_and_sync_dp",
-                         "set_forward_context", "_profile_cudagraph_memory")
+                         "set_forward_context", "_profile_cudagraph_memory", "get_uniform_decode_token_count")
 _CUDAGRAPH_UTILS_GLOBALS = ("set_forward_context", "graph_capture")
 # model_runner.Blocks field -> its decision point
 BLOCKS = {
     "initialize_kv_cache": "GPUModelRunner.initialize_kv_cache (mode block)",
     "init_speculator_cudagraph_manager": "GPUModelRunner.initialize_kv_cache (speculator block)",
+    "batch": "GPUModelRunner.execute_model (batch statements)",
     "dispatch": "GPUModelRunner.execute_model (dispatch statement)",
     "prepare_inputs": "GPUModelRunner.prepare_inputs (padded count)",
     "run_model": "GPUModelRunner.execute_model (run-model branch)",
@@ -79,7 +82,10 @@ def install(session, run_class) -> decisions.Log:
         for name, block in ((n, getattr(session.blocks, n)) for n in session.blocks.__dataclass_fields__)
     })
     session.configs.get = _noting_post_init(session.configs.get, VllmConfig.__post_init__)
-    decisions.track_attribute(run_class, "execute", decisions.MRV2_BATCH)
+    from contract.conformance.mrv2 import model_runner
+
+    decisions.track_attribute(model_runner, "scheduled_batch", decisions.MRV2_BATCH)
+    decisions.track_attribute(run_class, "on_profile_run", decisions.MRV2_BATCH)
     log = decisions.Log()
     decisions.LOG = log
     return log

@@ -27,7 +27,7 @@ import os
 import types
 from dataclasses import dataclass, field
 
-from contract.conformance import errors, observe, platform
+from contract.conformance import device, errors, observe, platform
 from contract.conformance.mrv2 import backends, cudagraph_utils, decision_points, model_runner
 from contract.conformance.observe import Call, Recorder
 from contract.conformance.vllm_config import ConfigCache, config_key
@@ -141,8 +141,11 @@ class Session:
 
         from contract.conformance import simcuda
 
+        import torch
+
         self.version = vllm.__version__
         self.device = simcuda.DEVICE
+        self.torch_device = torch.device("cuda" if self.device == "cuda" else "cpu")
         self.gpu_model_runner = gpu_model_runner
         self.cudagraph_utils = cg_utils
         self.blocks = model_runner.load(gpu_model_runner)
@@ -198,7 +201,7 @@ class Session:
         cleared between traces by ``clear_all_graphs`` on both wrapper classes."""
         key = (*config_key(scenario), scenario.model_compiled)
         if key not in self._models:
-            self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled)
+            self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled).to(self.torch_device)
         return self._models[key]
 
     def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
@@ -234,7 +237,7 @@ class RealRun:
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
         self.vllm_config = vllm_config
         self.runner = model_runner.stand_in_runner(
-            session.gpu_model_runner, vllm_config, self.model, torch.device("cpu")
+            session.gpu_model_runner, vllm_config, self.model, session.torch_device
         )
         self.runner.initialize_kv_cache = self.initialize_kv_cache
         self.step: dict = {}
@@ -248,6 +251,8 @@ class RealRun:
     def start(self, context: str, mode_name: str, descriptor: dict) -> None:
         self.finish()
         self.recorder.start(mode_name)
+        if self.session.device == "cuda":
+            device.open_dispatch()
         self._open = {"role": "target", "context": context, "runtime_mode": mode_name,
                       "batch_descriptor": descriptor}
 
@@ -260,6 +265,8 @@ class RealRun:
                     "ran_eager": self.recorder.ran_eager}
         if error:
             dispatch["error"] = error
+        if self.session.device == "cuda":
+            device.close_dispatch(dispatch)
         acted = error or any(layer["action"] != "passed" for layer in dispatch["layers"])
         if keep or acted:
             self.step.setdefault("dispatches", []).append(dispatch)
@@ -371,21 +378,22 @@ class RealRun:
             self.capture_phase = False
 
     def on_execute_model(self, event) -> None:
-        q = self.runner.decode_query_len
-        n = event.num_tokens
-        if event.uniform_decode:
-            self.execute(n, n // q, q, q, is_profile=event.force_eager)
-        else:
-            self.execute(n, min(n, self.runner.max_num_reqs), None, q + 1, is_profile=event.force_eager)
+        """The scheduler's batch (``model_runner.scheduled_batch``), then ``execute_model``'s own
+        statements from the batch to the dispatch."""
+        scheduler_output = model_runner.scheduled_batch(self.runner, event.num_tokens, event.uniform_decode)
+        got = self.session.blocks.batch(self.runner, scheduler_output=scheduler_output, dummy_run=False)
+        self.execute(got["num_toks"], got["num_reqs"], got["uniform_tok_count"], got["max_query_len"],
+                     is_profile=event.force_eager, scheduler_output=scheduler_output)
 
     # -- helpers ------------------------------------------------------------------------------
 
     def execute(self, num_toks: int, num_reqs: int, uniform_tok_count, max_query_len, *, is_profile: bool,
-                context: str = "execute_model") -> None:
+                context: str = "execute_model", scheduler_output=None) -> None:
         """``execute_model``'s dispatch statement and "Run model" branch, vLLM's own."""
         import torch
 
-        scheduler_output = types.SimpleNamespace(skip_drafts=False)
+        if scheduler_output is None:
+            scheduler_output = types.SimpleNamespace(skip_drafts=False)
         out = self.session.blocks.dispatch(
             self.runner, num_reqs=num_reqs, num_toks=num_toks, uniform_tok_count=uniform_tok_count,
             max_query_len=max_query_len, is_profile=is_profile, skip_compiled=False, num_active_loras=0,
