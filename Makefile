@@ -5,7 +5,7 @@ VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
-.PHONY: verify test vllm-envs gpu-conformance gpu-rehearsal conformance-all clean
+.PHONY: verify test vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,9 +36,16 @@ gpu-conformance: $(VENV)/.installed
 	bash scripts/gpu-conformance.sh
 
 # The GPU run rehearsed on this CPU machine: Python 3.12, torch 2.11.0, the GPU machine's packages,
-# the bundle as carried, NVML and triton emulated (scripts/gpu-rehearsal.sh, reports/gpu/README.md).
-gpu-rehearsal: .venv-vllm-0.30.0/.complete
-	bash scripts/gpu-rehearsal.sh
+# the bundle as carried (0.30.0 and 0.34.0), NVML and triton emulated (scripts/gpu-rehearsal.sh,
+# reports/gpu/README.md). GPU_VLLM picks the release replayed: 0.30.0 (Model Runner V1) or 0.34.0
+# (Model Runner V2, also `make gpu-rehearsal-mrv2`).
+GPU_VLLM ?= 0.30.0
+
+gpu-rehearsal: .venv-vllm-0.30.0/.complete .venv-vllm-0.34.0/.complete
+	GPU_REHEARSAL_VLLM=$(GPU_VLLM) bash scripts/gpu-rehearsal.sh
+
+gpu-rehearsal-mrv2:
+	$(MAKE) gpu-rehearsal GPU_VLLM=0.34.0
 
 # Not in CI: the affected-release matrix. Every release from 0.28.0 to 0.34.0 gets its environment
 # (the same .venv-vllm-% rule as make test) and a full replay; a release whose environment does not

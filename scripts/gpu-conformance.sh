@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# scripts/gpu-conformance.sh --pack [--vllm VERSION] [--bundle DIR]
-# scripts/gpu-conformance.sh [--device cuda|cpu-sim] [--out DIR] [--bundle DIR] [--traces PATH]... [--corpus full|covering|none]
+# scripts/gpu-conformance.sh --pack [--vllm VERSION]... [--bundle DIR]
+# scripts/gpu-conformance.sh [--vllm VERSION] [--device cuda|cpu-sim] [--out DIR] [--bundle DIR] [--traces PATH]... [--corpus full|covering|none]
 #
-# --pack (where .venv-vllm-VERSION exists, default 0.30.0): writes the folder to carry, .gpu-bundle/
-#   (contract/conformance/bundle.py): site.tar.gz with every .py file of vLLM and the pure-Python
-#   distributions, wheels/ with the cp312 wheels of the compiled distributions the GPU machine lacks
-#   (scripts/gpu-machine-packages.txt) for Python $GPU_PYTHON_VERSION (default 3.12, the GPU machine's),
-#   manifest.json; prints its size with the working tree and fails above 64 MiB.
+# --pack (where .venv-vllm-VERSION exists; default 0.30.0 and 0.34.0, Model Runner V1 and V2): writes
+#   the folder to carry, .gpu-bundle/ (contract/conformance/bundle.py): vllm-VERSION.tar.gz per
+#   release with every .py file of its vLLM, site.tar.gz with the pure-Python distributions they
+#   share, wheels/ with the cp312 wheels of the compiled distributions the GPU machine lacks
+#   (scripts/gpu-machine-packages.txt) for Python $GPU_PYTHON_VERSION (default 3.12, the GPU
+#   machine's), manifest.json; prints its size with the working tree and fails above 64 MiB.
 # run: `cudagraph-contract conform --device DEVICE` on tests/traces, the traces under reports/ and the
 #   covering generated set (or --traces/--corpus), with vLLM from the environment or else from the
-#   bundle (its wheels installed into a scratch folder), stopped after $GPU_CONFORMANCE_LIMIT seconds
-#   (default 300, within a 360 s device call). Writes result.json,
-#   result.md and the per-trace pages (traces/, conformance/, findings.md) into --out, else $OUT, else
-#   (cuda only) reports/gpu; cpu-sim never writes to reports/gpu.
+#   bundle (--vllm VERSION picks the release, default the newest packed; its wheels are installed
+#   into a scratch folder), stopped after $GPU_CONFORMANCE_LIMIT seconds (default 300, within a
+#   360 s device call). The runner is the release's: MRV1 to 0.33, MRV2 from 0.34. Writes
+#   result.json, result.md and the per-trace pages (traces/, conformance/, findings.md) into --out,
+#   else $OUT, else (cuda only) reports/gpu; cpu-sim never writes to reports/gpu.
 # Python: $PYTHON, else python3; the caller's PYTHONPATH is kept after the tree and the bundle.
 # Exit 0 all agree, 1 disagreement, 2 problem (one line).
 set -u -o pipefail
@@ -21,11 +23,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || die "cannot locate the 
 BUNDLE="$ROOT/.gpu-bundle"
 PY=${PYTHON:-python3}
 LIMIT=${GPU_CONFORMANCE_LIMIT:-300}
-DEVICE=cuda PACK=0 OUTDIR="${OUT:-}" CORPUS=covering TRACES=() VERSION=0.30.0 PYVER=${GPU_PYTHON_VERSION:-3.12}
+DEVICE=cuda PACK=0 OUTDIR="${OUT:-}" CORPUS=covering TRACES=() VERSIONS=() PYVER=${GPU_PYTHON_VERSION:-3.12}
 while [ $# -gt 0 ]; do
   case "$1" in
     --pack) PACK=1 ;;
-    --vllm) VERSION=${2:-}; shift ;;
+    --vllm) VERSIONS+=("${2:-}"); shift ;;
     --bundle) BUNDLE=${2:-}; shift ;;
     --device) DEVICE=${2:-}; shift ;;
     --out) OUTDIR=${2:-}; shift ;;
@@ -37,12 +39,19 @@ while [ $# -gt 0 ]; do
 done
 
 if [ "$PACK" = 1 ]; then
-  VPY="$ROOT/.venv-vllm-$VERSION/bin/python"
-  [ -x "$VPY" ] || die "no $ROOT/.venv-vllm-$VERSION (conformance-env/make-env.sh $VERSION .venv-vllm-$VERSION)"
-  PYTHONPATH="$ROOT" "$VPY" -m contract.conformance.bundle --out "$BUNDLE" --python-version "$PYVER" \
-    || die "packing failed"
+  [ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(0.30.0 0.34.0)
+  ADD=()
+  for VERSION in "${VERSIONS[@]}"; do
+    VPY="$ROOT/.venv-vllm-$VERSION/bin/python"
+    [ -x "$VPY" ] || die "no $ROOT/.venv-vllm-$VERSION (conformance-env/make-env.sh $VERSION .venv-vllm-$VERSION)"
+    PYTHONPATH="$ROOT" "$VPY" -m contract.conformance.bundle --out "$BUNDLE" --python-version "$PYVER" \
+      ${ADD[@]+"${ADD[@]}"} || die "packing vLLM $VERSION failed"
+    ADD=(--add-release)
+  done
   exit 0
 fi
+[ ${#VERSIONS[@]} -le 1 ] || die "--vllm names one release to run"
+VERSION=${VERSIONS[0]:-}
 
 case "$DEVICE" in cuda|cpu-sim) ;; *) die "--device must be cuda or cpu-sim, got '$DEVICE'" ;; esac
 case "$CORPUS" in full|covering|none) ;; *) die "--corpus must be full, covering or none" ;; esac
@@ -56,8 +65,14 @@ WORK=$(mktemp -d) || die "mktemp failed"
 trap 'rm -rf "$WORK"' EXIT
 PYPATH="$ROOT"
 if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
-  [ -f "$BUNDLE/site.tar.gz" ] || die "vLLM is not importable with $PY and there is no $BUNDLE/site.tar.gz (run $0 --pack where .venv-vllm-$VERSION exists)"
-  mkdir -p "$WORK/site" && tar xzf "$BUNDLE/site.tar.gz" -C "$WORK/site" || die "cannot unpack the bundle"
+  [ -f "$BUNDLE/site.tar.gz" ] || die "vLLM is not importable with $PY and there is no $BUNDLE/site.tar.gz (run $0 --pack where the .venv-vllm-VERSION environments exist)"
+  if [ -z "$VERSION" ]; then  # the newest release packed
+    VERSION=$(ls "$BUNDLE" | sed -n 's/^vllm-\(.*\)\.tar\.gz$/\1/p' | sort -V | tail -n 1)
+  fi
+  [ -n "$VERSION" ] && [ -f "$BUNDLE/vllm-$VERSION.tar.gz" ] \
+    || die "the bundle holds no vLLM ${VERSION:-release} (packed: $(ls "$BUNDLE" | sed -n 's/^vllm-\(.*\)\.tar\.gz$/\1/p' | tr '\n' ' '))"
+  mkdir -p "$WORK/site" && tar xzf "$BUNDLE/site.tar.gz" -C "$WORK/site" \
+    && tar xzf "$BUNDLE/vllm-$VERSION.tar.gz" -C "$WORK/site" || die "cannot unpack the bundle"
   PYPATH="$ROOT:$WORK/site"
   if compgen -G "$BUNDLE/wheels/*.whl" >/dev/null; then
     "$PY" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check \

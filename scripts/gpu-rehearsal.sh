@@ -5,15 +5,17 @@
 #    ($PYTHON312, default python3.12), torch 2.11.0 from the registry and
 #    scripts/gpu-rehearsal-requirements.txt, then every distribution the machine does not list
 #    (scripts/gpu-machine-packages.txt) removed; made once;
-# 2. scripts/gpu-conformance.sh --pack from .venv-vllm-0.30.0 (cp312 wheels);
+# 2. scripts/gpu-conformance.sh --pack from .venv-vllm-0.30.0 and .venv-vllm-0.34.0 (cp312 wheels);
 # 3. the working tree and .gpu-bundle copied as they are carried, their size measured;
-# 4. in that copy, scripts/gpu-conformance.sh --device cpu-sim with that Python, $OUT set, the
+# 4. in that copy, scripts/gpu-conformance.sh --vllm $GPU_REHEARSAL_VLLM (default 0.30.0, Model
+#    Runner V1; 0.34.0 replays Model Runner V2) --device cpu-sim with that Python, $OUT set, the
 #    default corpus, and vLLM's import seeing a GPU host (tests/gpu_host: NVML finds a GPU, triton's
 #    CUDA driver is active). Prints result.md and the wall time; exits with the script's status.
 set -u -o pipefail
 die() { echo "gpu-rehearsal: error: $*" >&2; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || die "cannot locate the repository"
 ENV=${GPU_REHEARSAL_ENV:-$ROOT/.venv-gpu-rehearsal}
+RELEASE=${GPU_REHEARSAL_VLLM:-0.30.0}
 PY312=${PYTHON312:-python3.12}
 if [ ! -x "$ENV/bin/python" ]; then
   "$PY312" -m venv "$ENV" || die "cannot make $ENV with $PY312 (set PYTHON312 to a Python 3.12)"
@@ -40,7 +42,7 @@ echo "carried: $(du -sb "$WORK/tree" | awk '{printf "%.1f MiB", $1 / 1048576}') 
 mkdir -p "$WORK/out"
 T0=$(date +%s.%N)
 cd "$WORK/tree" && env -u VIRTUAL_ENV PYTHON="$ENV/bin/python" PYTHONPATH="$ROOT/tests/gpu_host" OUT="$WORK/out" \
-  bash scripts/gpu-conformance.sh --device cpu-sim
+  bash scripts/gpu-conformance.sh --vllm "$RELEASE" --device cpu-sim
 RC=$?
 T1=$(date +%s.%N)
 [ -f "$WORK/out/result.md" ] && cat "$WORK/out/result.md"

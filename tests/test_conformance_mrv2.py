@@ -100,11 +100,37 @@ def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
     assert data["policy"] == policy_for(version, "mrv2")
     assert data["load_model_block"]["runner"] == "MRV2"
     assert set(data["load_model_block"]["blocks"]) == {
-        "initialize_kv_cache", "init_speculator_cudagraph_manager", "dispatch", "run_model"}
+        "initialize_kv_cache", "init_speculator_cudagraph_manager", "batch", "dispatch", "prepare_inputs", "run_model"}
     assert data["generated_traces"] > 50 and data["steps"] > 800
     steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
     assert not steps, json.dumps(steps, indent=1)[:4000]
     assert data["agreeing_steps"] == data["steps"] and rc == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mrv2_decision_points_are_vllms_but_the_scheduled_batch(jobs, version):
+    """Every replayed step notes its decision points (``mrv2/decision_points.py``): the harness
+    makes only the scheduled batch's counts, each guarded against this release's source, and vLLM's
+    code makes at least 90% of the step × point pairs."""
+    from contract.conformance.decisions import MRV2_BATCH, VLLM
+
+    rc, out, err = jobs("conform", version)
+    assert out.strip(), err[-2000:]
+    report = json.loads(Path(json.loads(out)["report"]).with_suffix(".json").read_text())
+    dp = report["decision_points"]
+    harness = {e["point"] for e in dp["steps"] if e["owner"] != VLLM}
+    assert harness == {MRV2_BATCH}, harness
+    assert dp["mirrored"] and all(m["known"] for m in dp["mirrored"]), dp["mirrored"]
+    assert dp["share_vllm"] >= 0.9, dp["share_vllm"]
+    made = {(e["event"], e["point"]) for e in dp["steps"]}
+    for expected in [("resolve", "CompilationConfig.resolve_cudagraph_mode_and_sizes"),
+                     ("resolve", "has_compiled_submodule"), ("resolve", "ModelCudaGraphManager.__init__"),
+                     ("capture_model", "graph_capture"), ("capture_model", "CudaGraphManager.capture"),
+                     ("execute_model", "GPUModelRunner.gather_batch_req_state"),
+                     ("execute_model", "dispatch_cg_and_sync_dp"), ("execute_model", "CudaGraphManager.dispatch"),
+                     ("execute_model", "GPUModelRunner.execute_model (run-model branch)"),
+                     ("profile_run", "wrap_with_cudagraph_if_needed"), ("load_model", "VllmConfig.__post_init__")]:
+        assert expected in made, expected
 
 
 def test_the_other_releases_model_disagrees_on_named_steps(jobs):

@@ -19,7 +19,13 @@ import pytest
 from contract.conformance.decisions import MIRRORED, Log, owner, share, tracked
 
 ROOT = Path(__file__).resolve().parents[1]
-RELEASES = ("0.29.0", "0.30.0")
+# (mirrored point, release) for every release whose digest is recorded: MRV1's to 0.30.0, MRV2's
+# (``runner="MRV2"``) for 0.33.0 and 0.34.0.
+CASES = [(m, version) for m in MIRRORED for version in m.digests]
+
+
+def _id(m) -> str:
+    return f"{m.runner}:{m.point}:{m.method}"
 
 
 def vllm_package(version: str) -> Path:
@@ -34,21 +40,22 @@ def vllm_package(version: str) -> Path:
     return Path(out.stdout.strip()).parent
 
 
-@pytest.mark.parametrize("version", RELEASES)
-@pytest.mark.parametrize("mirrored", MIRRORED, ids=lambda m: m.point)
+@pytest.mark.parametrize(("mirrored", "version"), CASES,
+                         ids=[f"{_id(m)}-{version}" for m, version in CASES])
 def test_mirrored_statements_are_the_releases(mirrored, version):
     package = vllm_package(version)
     assert mirrored.nodes((package / mirrored.path).read_text(encoding="utf-8")), "mirrored statements not found"
     assert mirrored.digest(package) == mirrored.digests[version], (
-        f"vLLM {version} changed what `{mirrored.point}` mirrors ({mirrored.class_name}.{mirrored.method} in "
+        f"vLLM {version} changed what `{mirrored.point}` mirrors ({mirrored.class_name or '<module>'}.{mirrored.method} in "
         f"{mirrored.path}): re-read it, update the harness, then record the new digest"
     )
 
 
-@pytest.mark.parametrize("mirrored", MIRRORED, ids=lambda m: m.point)
+@pytest.mark.parametrize("mirrored", MIRRORED, ids=_id)
 def test_guard_fails_when_a_mirrored_statement_changes(mirrored, tmp_path):
     """A renamed argument (keyword, or positional name) in one mirrored call changes the digest."""
-    package = vllm_package("0.30.0")
+    release = max(mirrored.digests)
+    package = vllm_package(release)
     source = (package / mirrored.path).read_text(encoding="utf-8")
     call = next(n for node in mirrored.nodes(source) for n in ast.walk(node) if isinstance(n, ast.Call)
                 and (n.keywords or any(isinstance(a, ast.Name) for a in n.args)))
@@ -62,8 +69,8 @@ def test_guard_fails_when_a_mirrored_statement_changes(mirrored, tmp_path):
     changed = tmp_path / mirrored.path
     changed.parent.mkdir(parents=True)
     changed.write_text("".join(lines), encoding="utf-8")
-    assert mirrored.digest(tmp_path) != mirrored.digests["0.30.0"]
-    assert not mirrored.known("0.30.0", tmp_path)
+    assert mirrored.digest(tmp_path) != mirrored.digests[release]
+    assert not mirrored.known(release, tmp_path)
 
 
 def test_owner_is_read_from_where_the_code_lives(tmp_path):
@@ -99,3 +106,11 @@ def test_every_stand_in_is_documented_and_none_replaces_a_decision():
 
     assert set(stand_in.STAND_INS) == set(stand_in.INFRASTRUCTURE)
     assert not set(stand_in.STAND_INS) & set(stand_in.ORCHESTRATION)
+
+
+def test_every_mrv2_block_is_a_decision_point():
+    """Each block the MRV2 replay cuts from ``model_runner.py`` is noted under its own point."""
+    pytest.importorskip("torch")
+    from contract.conformance.mrv2 import decision_points, model_runner
+
+    assert set(decision_points.BLOCKS) == set(model_runner.Blocks.__dataclass_fields__)

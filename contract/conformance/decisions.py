@@ -167,18 +167,23 @@ def _calls(node: ast.AST, attribute: str) -> bool:
 
 
 def _method(tree: ast.Module, class_name: str, method: str) -> ast.FunctionDef:
+    """``class_name.method``, or the module-level function ``method`` when ``class_name`` is empty."""
     for node in tree.body:
+        if not class_name and isinstance(node, ast.FunctionDef) and node.name == method:
+            return node
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == method:
                     return item
-    raise LookupError(f"no {class_name}.{method}")
+    raise LookupError(f"no {class_name + '.' if class_name else ''}{method}")
 
 
-def _mirrored_nodes(function: ast.FunctionDef, assigned_from: tuple[str, ...], context_call: str) -> list[ast.AST]:
-    """The assignments whose value calls one of ``assigned_from`` and the ``context_call(...)``
-    calls of ``with`` items, in source order."""
-    out: list[ast.AST] = []
+def _mirrored_nodes(function: ast.FunctionDef, assigned_from: tuple[str, ...], context_call: str,
+                    starts: tuple[str, ...] = ()) -> list[ast.AST]:
+    """The assignments whose value calls one of ``assigned_from``, the ``context_call(...)``
+    calls of ``with`` items, and the statements of the function's own body whose source starts
+    with one of ``starts``, in source order."""
+    out: list[ast.AST] = [stmt for stmt in function.body if starts and ast.unparse(stmt).startswith(starts)]
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and any(_calls(node.value, name) for name in assigned_from):
             out.append(node)
@@ -196,15 +201,17 @@ class Mirrored:
 
     point: str
     path: str
-    class_name: str
+    class_name: str  # "" for a module-level function
     method: str
-    assigned_from: tuple[str, ...]
-    context_call: str
     digests: dict  # release -> sha256 of the mirrored statements' ast.dump (Python 3.11 and 3.12)
+    assigned_from: tuple[str, ...] = ()
+    context_call: str = ""
+    starts: tuple[str, ...] = ()  # top-level statements of the method, by how their source starts
+    runner: str = "MRV1"  # the replay whose harness mirrors it: MRV1 or MRV2
 
     def nodes(self, source: str) -> list[ast.AST]:
         return _mirrored_nodes(_method(ast.parse(source), self.class_name, self.method),
-                               self.assigned_from, self.context_call)
+                               self.assigned_from, self.context_call, self.starts)
 
     def known(self, version: str, vllm_package: Path) -> bool:
         return self.digests.get(version) == self.digest(vllm_package)
@@ -250,3 +257,40 @@ MIRRORED = (
                  "0.30.0": "0bfd6f90f2fce1083a95e48ee459d6a59e57d0652aaa3c1002f47864536155f0"},
     ),
 )
+
+# Model Runner V2 (``contract/conformance/mrv2/``): the scheduler's side of a step. The replay has
+# no scheduler, so the harness writes a trace event as the ``SchedulerOutput`` and request states
+# that ``execute_model`` and ``gather_batch_req_state`` read (``model_runner.scheduled_batch``:
+# a uniform decode as running requests of ``q`` tokens, any other batch as prefilling requests),
+# and ``profile_run``'s dummy batch as its counts; vLLM's code computes the dispatch's inputs from
+# them. The guarded statements are the reads that make such a batch a decode or a prefill.
+MRV2_BATCH = "scheduler: the step's batch (requests, their state)"
+MIRRORED += (
+    Mirrored(
+        point=MRV2_BATCH, runner="MRV2",
+        path="v1/worker/gpu/model_runner.py", class_name="GPUModelRunner", method="execute_model",
+        starts=("num_reqs = len(scheduler_output", "num_toks = scheduler_output", "max_query_len",
+                "batch_req_state, uniform_tok_count = ", "if batch_req_state is not None"),
+        digests={"0.33.0": "9868c82beb125d40d984567c6f71a16fe621a300e43ae0f91d151ed891be113e",
+                 "0.34.0": "4697f1f57e2bc60b444094a4c8459fe712586a138d0820594fa67101089891b7"},
+    ),
+    Mirrored(
+        point=MRV2_BATCH, runner="MRV2",
+        path="v1/worker/gpu/model_runner.py", class_name="GPUModelRunner", method="gather_batch_req_state",
+        starts=("num_tokens_per_req = ", "num_reqs = ", "num_toks = ", "max_query_len = ", "if dummy_run:",
+                "decode_graph_eligible = ", "return batch_state"),
+        digests={"0.33.0": "e9e39c7a24025833c855c551f7533d1aa3133d2cd7df29a66c6cf6eae565384d",
+                 "0.34.0": "e9e39c7a24025833c855c551f7533d1aa3133d2cd7df29a66c6cf6eae565384d"},
+    ),
+    Mirrored(
+        point=MRV2_BATCH, runner="MRV2",
+        path="v1/worker/utils.py", class_name="", method="get_uniform_decode_token_count",
+        starts=("if ", "return "),
+        digests={"0.33.0": "b33e7d747c29b8da8075737f304e7c5464ca26dd1f21f6eab83b3a5858a8581e",
+                 "0.34.0": "b33e7d747c29b8da8075737f304e7c5464ca26dd1f21f6eab83b3a5858a8581e"},
+    ),
+)
+
+
+def mirrored_for(runner: str) -> tuple[Mirrored, ...]:
+    return tuple(m for m in MIRRORED if m.runner == runner)

@@ -164,6 +164,36 @@ def after_forward(raw, num_tokens: int, output, dispatch: dict) -> None:
             CHECKS.failures.append(f"{where}: replayed output differs from eager (rel. error {facts.max_rel_error:.2e})")
 
 
+def open_dispatch() -> None:
+    """Model Runner V2: start one dispatch's facts (graphs, replays, the capture counter). Its
+    forwards run vLLM's own inputs (``ModelCudaGraphManager`` keeps the static buffers), so no
+    output is compared with eager; the graph counts are checked against the model's layers."""
+    global _current
+    from vllm.compilation.counter import compilation_counter
+
+    _current = DispatchFacts()
+    _current.counter_captured = -compilation_counter.num_cudagraph_captured
+
+
+def close_dispatch(dispatch: dict) -> None:
+    """Close the dispatch ``open_dispatch`` started: a layer the model says captured captured a CUDA
+    graph; a predicted eager fallback captured and replayed none."""
+    global _current
+    from vllm.compilation.counter import compilation_counter
+
+    facts, _current = _current, None
+    if facts is None:
+        return
+    facts.counter_captured += compilation_counter.num_cudagraph_captured
+    CHECKS.facts.append(facts)
+    where = f"{dispatch['context']} {dispatch['role']} {dispatch['runtime_mode']}"
+    acted = {layer["action"] for layer in dispatch["layers"]}
+    if "captured" in acted and facts.graphs_captured == 0:
+        CHECKS.failures.append(f"{where}: a layer captured but no CUDA graph was captured")
+    if dispatch["runtime_mode"] != "NONE" and not acted - {"passed"} and facts.graphs_captured + facts.replays:
+        CHECKS.failures.append(f"{where}: eager fallback predicted, but a CUDA graph captured or replayed")
+
+
 def double_capture(model_step: dict | None, real_step: dict | None) -> bool:
     """The model predicts a capture inside an open capture (depth >= 1) and real CUDA raised: the
     step agrees on a device, where the nested capture is CUDA's error rather than an observation."""

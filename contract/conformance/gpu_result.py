@@ -31,7 +31,8 @@ def result_markdown(result: dict) -> str:
     device = "real CUDA graphs" if result["device"] == "cuda" else "simulated CUDA graphs (cpu-sim)"
     lines = [f"# Conformance on {device}", "",
              f"- machine: {m['gpu'] or 'no GPU'}; Python {m['python']}, torch {m['torch']}, CUDA {m['cuda']}, "
-             f"vLLM {result['vllm']}",
+             f"vLLM {result['vllm']} (Model Runner "
+             f"{'V2' if (result.get('load_model_block') or {}).get('runner') == 'MRV2' else 'V1'})",
              f"- corpus: {result['trace_files']} trace files + {result['generated_traces']} generated "
              f"(corpus `{result['corpus']}`)",
              f"- steps: {result['agreeing_steps']} of {result['steps']} agree ({pct}); "
@@ -64,7 +65,8 @@ def write(summary_path: Path, reports: Path, out: Path, device: str, seconds: in
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "result.md").write_text(result_markdown(result))
     conformance = reports / "conformance"
-    run = json.loads((conformance / f"vllm-{summary['vllm']}.json").read_text())
+    mrv2 = (summary.get("load_model_block") or {}).get("runner") == "MRV2"  # report.write's file name
+    run = json.loads((conformance / f"vllm-{summary['vllm']}{'-mrv2' if mrv2 else ''}.json").read_text())
     disagreeing = {d["source"]: d for d in run.get("disagreements", [])}
     pages = out / "traces"
     pages.mkdir(exist_ok=True)

@@ -99,7 +99,7 @@ class Session:
 
         package = Path(vllm.__file__).parent
         return [{"point": m.point, "digest": m.digest(package), "known": m.known(self.version, package)}
-                for m in decisions.MIRRORED]
+                for m in decisions.mirrored_for("MRV1")]
 
     def reset(self) -> None:
         """vLLM's process-global state back to start-up values, so traces replay in any order."""

@@ -209,7 +209,7 @@ def markdown(run: ConformanceRun) -> str:
         + (f" ({100 * s['agreement']:.2f}%)**" if s["steps"] else "**"),
         f"- decision points made by vLLM's code: {_pct(share(run.decisions))} of the step × point pairs "
         f"(harness-mirrored points match this release's source: "
-        f"{', '.join(m['point'] + (': yes' if m['known'] else ': **no**') for m in run.mirrored) or 'none'})",
+        f"{', '.join(_mirrored_label(m) + (': yes' if m['known'] else ': **no**') for m in run.mirrored) or 'none'})",
         "",
         "| trace | recorded under | steps | agree |",
         "|---|---|---|---|",
@@ -255,6 +255,11 @@ def write(run: ConformanceRun, reports: Path) -> Path:
     return md
 
 
+def _mirrored_label(m: dict) -> str:
+    """A mirrored point, with the vLLM function it mirrors where one point mirrors several (MRV2)."""
+    return f"{m['point']} ({m['where']})" if "where" in m else m["point"]
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
@@ -270,8 +275,9 @@ def _runs(folder: Path) -> list[dict]:
 
 
 def _release(run: dict) -> str:
+    """A run's release, with its runner where the release has both (0.33.0 replays either)."""
     mrv2 = (run.get("load_model_block") or {}).get("runner") == "MRV2"
-    return run["vllm"] + (" (Model Runner V2)" if mrv2 else "")
+    return f"{run['vllm']} (MRV2)" if mrv2 else run["vllm"]
 
 
 def decisions_markdown(folder: Path) -> str:
@@ -285,7 +291,9 @@ def decisions_markdown(folder: Path) -> str:
         f"**{HARNESS}**: the harness's code mirrors vLLM's lines; each such point is guarded by "
         "`tests/test_decisions.py`, which compares the mirrored statements' `ast` with every supported "
         "release's source. A cell counts the steps in which the point was made; the share counts "
-        "step × point pairs.",
+        "step × point pairs. Model Runner V2 rows (MRV2): the blocks of `v1/worker/gpu/model_runner.py` "
+        "cut with `ast` and run unchanged count as vLLM's (their code is the installed file's); the "
+        "harness's point is the scheduler's side of a step (`contract/conformance/mrv2/decision_points.py`).",
         "",
     ]
     if not runs:
@@ -293,8 +301,10 @@ def decisions_markdown(folder: Path) -> str:
     lines += ["| release | steps | share made by vLLM's code | harness-mirrored points |", "|---|---|---|---|"]
     for r in runs:
         dp = r["decision_points"]
-        mirrored = ", ".join(m["point"] + ("" if m["known"] else " (**source changed**)") for m in dp["mirrored"])
-        lines.append(f"| {_release(r)} | {r['steps']} | **{_pct(dp['share_vllm'])}** | {mirrored or 'none'} |")
+        changed = {m["point"] for m in dp["mirrored"] if not m["known"]}
+        points = list(dict.fromkeys(m["point"] for m in dp["mirrored"]))  # one per point, in order
+        mirrored = ", ".join(p + (" (**source changed**)" if p in changed else "") for p in points)
+        lines.append(f"| {_release(r)} | {r['steps']} | **{_pct(dp['share_vllm'])}** | {mirrored} |")
     for r in runs:
         entries = r["decision_points"]["steps"]
         events = sorted({e["event"] for e in entries})

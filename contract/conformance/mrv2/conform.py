@@ -93,9 +93,11 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
                 out.generated_diffs.append(result)
         out.generated["violations"] = dict(sorted(counts.items()))
     from contract.conformance.decisions import WHERE
+    from contract.conformance.mrv2 import decision_points
 
     out.decisions = session.decisions.to_json()
     out.where = dict(sorted(WHERE.items()))
+    out.mirrored = decision_points.mirrored(session.version)
     return out
 
 

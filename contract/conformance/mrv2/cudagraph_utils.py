@@ -1,17 +1,18 @@
 """Beside ``v1/worker/gpu/cudagraph_utils.py``: the CUDA names it binds, simulated, and a watch on
 ``CudaGraphManager.capture`` that turns its capture loop into the model's dispatches.
 
-Simulated, in addition to ``contract/conformance/simcuda.py`` (why each is needed on CPU torch):
+``graph_capture``, which ``capture()`` enters (``33:…:440``, ``34:…:474``), and ``get_pp_group``,
+read in ``CudaGraphManager.__init__`` (``33:…:173-174``, ``34:…:196-197``), are vLLM's own
+(``distributed/parallel_state.py``), over the world-size-1 groups of
+``gpu_model_runner.install_parallel_state``: on CUDA every warm-up and capture of the loop runs on
+the side stream ``graph_capture`` makes current, as in the real runner. Stood in for:
 
-- ``current_stream`` (imported from ``utils/torch_utils.py``): ``_capture_stream()`` asks for it
-  on every FULL capture (``34:…/cudagraph_utils.py:448-453``);
-- ``graph_capture``: ``capture()`` enters it (``33:…:440``, ``34:…:474``); the real one needs the
-  TP/PP groups and CUDA streams, so it yields a context holding a simulated stream;
-- ``get_pp_group``: read in ``CudaGraphManager.__init__`` (``33:…:173-174``, ``34:…:196-197``) and
-  needs an initialised distributed state; one rank, first and last;
+- ``current_stream`` (imported from ``utils/torch_utils.py``), on ``cpu-sim`` only: ``_capture_stream()``
+  asks for it on every FULL capture (``34:…/cudagraph_utils.py:448-453``), and the real one sets
+  a CUDA stream; on CUDA it is vLLM's, and returns ``graph_capture``'s stream;
+- ``torch.accelerator.get_memory_info`` / ``synchronize``, on ``cpu-sim`` only: ``capture_model``
+  reads free memory around the capture (``34:v1/worker/gpu/model_runner.py:1160,1206``);
 - ``is_global_first_rank``: only chooses the tqdm bar (``33:…:460``, ``34:…:495``); False;
-- ``torch.accelerator.get_memory_info`` / ``synchronize``: ``capture_model`` reads free memory
-  around the capture (``34:v1/worker/gpu/model_runner.py:1160,1206``);
 - ``_init_minimal_kv_cache_for_profiling``: builds the smallest real KV-cache config from the
   model's attention layers (``34:…/cudagraph_utils.py:1108-1129``), which the stand-in model has
   none of; it calls the runner's ``initialize_kv_cache(config, is_profiling=True)`` as the real one
@@ -27,36 +28,23 @@ of the reused warm-up function (compiled PIECEWISE).
 
 from __future__ import annotations
 
-import contextlib
-import types
-
+from contract.conformance import simcuda
+from contract.conformance.gpu_model_runner import install_parallel_state
 from contract.conformance.simcuda import SimStream
 
 
-class _PPGroup:
-    is_first_rank = True
-    is_last_rank = True
-    world_size = 1
-    rank_in_group = 0
-
-
-@contextlib.contextmanager
-def graph_capture(device=None, stream=None):
-    yield types.SimpleNamespace(stream=stream if stream is not None else SimStream())
-
-
 def install(module, listener) -> None:
-    """Simulate ``module``'s CUDA names and watch ``CudaGraphManager.capture``; ``listener(kind,
-    manager, desc)`` hears ``warmup``, ``capture`` and ``done``."""
+    """Stand in for ``module``'s names above and watch ``CudaGraphManager.capture``;
+    ``listener(kind, manager, desc)`` hears ``warmup``, ``capture`` and ``done``."""
     import torch
 
-    module.current_stream = lambda *a, **k: SimStream()
-    module.graph_capture = graph_capture
-    module.get_pp_group = lambda: _PPGroup()
+    install_parallel_state()
+    if simcuda.DEVICE != "cuda":
+        module.current_stream = lambda *a, **k: SimStream()
+        torch.accelerator.get_memory_info = lambda *a, **k: (0, 0)
+        torch.accelerator.synchronize = lambda *a, **k: None
     module.is_global_first_rank = lambda: False
     module._init_minimal_kv_cache_for_profiling = lambda runner: runner.initialize_kv_cache(None, is_profiling=True)
-    torch.accelerator.get_memory_info = lambda *a, **k: (0, 0)
-    torch.accelerator.synchronize = lambda *a, **k: None
     manager = module.CudaGraphManager
     original = getattr(manager.capture, "__wrapped__", manager.capture)
 

@@ -18,25 +18,22 @@ than ``q`` (``uniform_tok_count = None``, ``max_query_len = q + 1``); ``force_ea
 ``need_eager`` (``is_profile``). ``profile_run`` dispatches the model's ``PROFILE_NUM_TOKENS`` over
 ``max_num_seqs`` requests: any count is NONE there.
 
-The decision points each step reaches are logged as for MRV1 (``decisions.py``): the blocks, the
-managers' methods, the runner's ``profile_cudagraph_memory`` and ``capture_model``, resolve, the
-wrappers and the functions the blocks call by name; every one is vLLM's code. The first-forward
-compile is not among them: its model is compiled once per config class and shared by the traces of
-that class (``Session.model``), so it runs in whichever trace comes first.
+The decision points each step reaches, and whose code made them, are logged as for MRV1
+(``decisions.py``); ``decision_points.py`` lists them. The first-forward compile is noted only in
+the trace that runs it: its model is compiled once per config class and shared by the traces of
+that class (``Session.model``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import inspect
 import os
 import types
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from contract.conformance import decisions, errors, observe, platform
-from contract.conformance.mrv2 import backends, cudagraph_utils, model_runner
+from contract.conformance import decisions, device, errors, observe, platform
+from contract.conformance.mrv2 import backends, cudagraph_utils, decision_points, model_runner
 from contract.conformance.observe import Call, Recorder
 from contract.conformance.vllm_config import ConfigCache, config_key
 from contract.events import Event, event_to_json
@@ -149,17 +146,18 @@ class Session:
 
         from contract.conformance import simcuda
 
+        import torch
+
         self.version = vllm.__version__
         self.device = simcuda.DEVICE
+        self.torch_device = torch.device("cuda" if self.device == "cuda" else "cpu")
         self.gpu_model_runner = gpu_model_runner
         self.cudagraph_utils = cg_utils
         self.blocks = model_runner.load(gpu_model_runner)
         self.configs = ConfigCache()
         self.recorder = ManagerRecorder()
         self._install_observers()
-        self.decisions = decisions.Log()
-        self._track_decision_points(Path(vllm.__file__).resolve().parent)
-        decisions.LOG = self.decisions
+        self.decisions = decision_points.install(self, RealRun)
         self._models: dict[tuple, object] = {}
         self.run: RealRun | None = None
         gc.collect()
@@ -179,38 +177,6 @@ class Session:
         backends.install(self.recorder.compute_ran)
         cudagraph_utils.install(self.cudagraph_utils, self._capture_listener)
         self.gpu_model_runner.lock_workspace = lambda: None  # locks a GPU workspace buffer after capture
-
-    def _track_decision_points(self, package: Path) -> None:
-        """Pass-through shims noting each decision point a step reaches (``decisions.py``)."""
-        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
-        from vllm.compilation.cuda_graph import CUDAGraphWrapper
-        from vllm.config import CompilationConfig
-
-        blocks = {}
-        for name in self.blocks.__dataclass_fields__:
-            block = getattr(self.blocks, name)
-            where = {"function": block.method, "path": Path(block.path).resolve().relative_to(package).as_posix(),
-                     "lines": [block.first_line, block.last_line]}
-            point = f"{block.method} ({name.replace('_', ' ')} block)"
-            blocks[name] = dataclasses.replace(block, function=decisions.tracked(block.function, point, where))
-        self.blocks = type(self.blocks)(**blocks)
-        runner_class = self.gpu_model_runner.GPUModelRunner
-        for name in ("profile_cudagraph_memory", "capture_model", "get_model"):
-            if name in runner_class.__dict__:
-                decisions.track_attribute(runner_class, name, f"GPUModelRunner.{name}")
-        for module_global in ("has_compiled_submodule", "dispatch_cg_and_sync_dp", "_profile_cudagraph_memory"):
-            if hasattr(self.gpu_model_runner, module_global):
-                decisions.track_attribute(self.gpu_model_runner, module_global)
-        for cls in (self.cudagraph_utils.CudaGraphManager, getattr(self.cudagraph_utils, "ModelCudaGraphManager", None)):
-            for name in ("__init__", "_init_candidates", "capture", "dispatch", "run_fullgraph",
-                         "init_breakable_cg_runner", "run_pw_graph"):
-                if cls is not None and name in cls.__dict__:
-                    decisions.track_attribute(cls, name, f"{cls.__name__}.{name}")
-        if "resolve_cudagraph_mode_and_sizes" in CompilationConfig.__dict__:
-            decisions.track_attribute(CompilationConfig, "resolve_cudagraph_mode_and_sizes",
-                                      "CompilationConfig.resolve_cudagraph_mode_and_sizes")
-        for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper):
-            decisions.track_attribute(cls, "__call__", f"{cls.__name__}.__call__")
 
     def _capture_listener(self, kind, manager, desc) -> None:
         if self.run is not None:
@@ -240,7 +206,7 @@ class Session:
         cleared between traces by ``clear_all_graphs`` on both wrapper classes."""
         key = (*config_key(scenario), scenario.model_compiled)
         if key not in self._models:
-            self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled)
+            self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled).to(self.torch_device)
         return self._models[key]
 
     def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
@@ -279,7 +245,7 @@ class RealRun:
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
         self.vllm_config = vllm_config
         self.runner = model_runner.stand_in_runner(
-            session.gpu_model_runner, vllm_config, self.model, torch.device("cpu")
+            session.gpu_model_runner, vllm_config, self.model, session.torch_device
         )
         self.runner.initialize_kv_cache = self.initialize_kv_cache
         self.step: dict = {}
@@ -293,6 +259,8 @@ class RealRun:
     def start(self, context: str, mode_name: str, descriptor: dict) -> None:
         self.finish()
         self.recorder.start(mode_name)
+        if self.session.device == "cuda":
+            device.open_dispatch()
         self._open = {"role": "target", "context": context, "runtime_mode": mode_name,
                       "batch_descriptor": descriptor}
 
@@ -305,6 +273,8 @@ class RealRun:
                     "ran_eager": self.recorder.ran_eager}
         if error:
             dispatch["error"] = error
+        if self.session.device == "cuda":
+            device.close_dispatch(dispatch)
         acted = error or any(layer["action"] != "passed" for layer in dispatch["layers"])
         if keep or acted:
             self.step.setdefault("dispatches", []).append(dispatch)
@@ -416,33 +386,34 @@ class RealRun:
             self.capture_phase = False
 
     def on_execute_model(self, event) -> None:
-        q = self.runner.decode_query_len
-        n = event.num_tokens
-        if event.uniform_decode:
-            self.execute(n, n // q, q, q, is_profile=event.force_eager)
-        else:
-            self.execute(n, min(n, self.runner.max_num_reqs), None, q + 1, is_profile=event.force_eager)
+        """The scheduler's batch (``model_runner.scheduled_batch``), then ``execute_model``'s own
+        statements from the batch to the dispatch."""
+        scheduler_output = model_runner.scheduled_batch(self.runner, event.num_tokens, event.uniform_decode)
+        got = self.session.blocks.batch(self.runner, scheduler_output=scheduler_output, dummy_run=False)
+        self.execute(got["num_toks"], got["num_reqs"], got["uniform_tok_count"], got["max_query_len"],
+                     is_profile=event.force_eager, scheduler_output=scheduler_output)
 
     # -- helpers ------------------------------------------------------------------------------
 
     def execute(self, num_toks: int, num_reqs: int, uniform_tok_count, max_query_len, *, is_profile: bool,
-                context: str = "execute_model") -> None:
+                context: str = "execute_model", scheduler_output=None) -> None:
         """``execute_model``'s dispatch statement and "Run model" branch, vLLM's own."""
         import torch
 
-        scheduler_output = types.SimpleNamespace(skip_drafts=False)
+        if scheduler_output is None:
+            scheduler_output = types.SimpleNamespace(skip_drafts=False)
         out = self.session.blocks.dispatch(
             self.runner, num_reqs=num_reqs, num_toks=num_toks, uniform_tok_count=uniform_tok_count,
             max_query_len=max_query_len, is_profile=is_profile, skip_compiled=False, num_active_loras=0,
             skip_attn_for_dummy_run=False, scheduler_output=scheduler_output,
         )
         batch_desc = out["batch_desc"]
-        # prepare_inputs: num_tokens_after_padding = max(num_tokens, batch_desc.num_tokens)
-        # (33:…/model_runner.py:1396, 34:…:1466)
-        padded = max(num_toks, batch_desc.num_tokens)
+        prepared = self.session.blocks.prepare_inputs(
+            self.runner, batch_req_state=types.SimpleNamespace(num_tokens=num_toks), batch_desc=batch_desc)
+        padded = prepared["num_tokens_after_padding"]
         buffers = self.runner.input_buffers
         input_batch = types.SimpleNamespace(num_tokens_after_padding=padded, num_tokens=num_toks,
-                                            is_padding=buffers.is_padding[:padded])
+                                            is_padding=prepared["is_padding"])
         model_inputs = {"input_ids": buffers.input_ids[:padded], "positions": buffers.positions[:padded],
                         "inputs_embeds": None, "intermediate_tensors": None}
         self.start(context, batch_desc.cg_mode.name, _descriptor(batch_desc))
