@@ -186,7 +186,7 @@ def _print_hypothesis_classes(results, policies) -> None:
 
 def _write_class_traces(out_dir: Path, explorations, differentials) -> None:
     """One trace per class (``POLICY-CLASS.json``) and per new class against the base."""
-    from contract.trace import write_atomic
+    from contract.output import write_atomic
 
     for ex in explorations:
         for c in ex.classes:
@@ -214,7 +214,7 @@ def verify(
 
     Example: [bold]cudagraph-contract verify --policy vllm_0_30 --policy my_branch.py[/]
     """
-    from contract.trace import write_atomic
+    from contract.output import write_atomic
     from contract.verify import verify_policy
 
     settings = _settings(profile)
@@ -345,7 +345,7 @@ def explore(
     Example: [bold]cudagraph-contract explore --policy vllm_0_30 --depth 10[/]
     """
     from contract.explore import explore as run_explore
-    from contract.trace import write_atomic
+    from contract.output import write_atomic
 
     policies = _policies(policy)
     _check_out(out_dir)

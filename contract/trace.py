@@ -27,7 +27,6 @@ from pathlib import Path
 
 from contract.events import Event, event_from_json, event_to_json
 from contract.output import one_line
-from contract.output import write_atomic  # noqa: F401 - where the callers of trace.write_atomic find it
 from contract.policy import Policy, for_trace
 from contract.properties import PROPERTIES, Violation, check
 from contract.engine import Run

@@ -2,7 +2,6 @@
 the model's checks find; ``conform --vllm-src --base`` reports the classes vLLM's code shows new."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -204,7 +204,7 @@ def backend_class(level: str, facts: ReleaseFacts) -> str:
 def log_section(s: Scenario, facts: ReleaseFacts, backend_class: str) -> list[str]:
     found = logs.start_up_lines(s, facts.release, backend_class)
     checked = s.runner is Runner.MRV1 and facts.release in LOGS_CHECKED
-    lines = [f"Log lines vLLM prints on this path (its templates, filled in; "
+    lines = ["Log lines vLLM prints on this path (its templates, filled in; "
              + ("equal to what vLLM logs when its config and resolve run):" if checked
                 else "not compared with a run of this release):"), ""]
     if not found:

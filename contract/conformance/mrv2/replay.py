@@ -228,8 +228,6 @@ class RealRun:
     """The stand-in runner for one trace and the step functions that drive vLLM's code."""
 
     def __init__(self, session: Session, scenario: Scenario) -> None:
-        import torch
-
         self.session, self.scenario = session, scenario
         self.recorder = session.recorder
         if scenario.drafter is not DrafterKind.NONE:
