@@ -18,7 +18,8 @@ from contract.markdown import mermaid, step_list
 from contract.policy import Policy
 from contract.properties import PROPERTIES, check
 from contract.render import dispatch_summary
-from contract.trace import replay, write_atomic
+from contract.output import write_atomic
+from contract.trace import replay
 
 
 @dataclass

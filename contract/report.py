@@ -18,7 +18,8 @@ from contract.policy import Policy
 from contract.properties import PROPERTIES
 from contract.render import dispatch_summary
 from contract.scenario import Runner
-from contract.trace import Trace, replay, write_atomic
+from contract.output import write_atomic
+from contract.trace import Trace, replay
 from contract.verify import Verdict
 
 REGENERATE = "make verify  # = cudagraph-contract report --profile ci --out reports"

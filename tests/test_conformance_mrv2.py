@@ -155,7 +155,8 @@ def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
     from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Resolve
     from contract.policy import load_policy
     from contract.scenario import Runner, Scenario
-    from contract.trace import record, write_atomic
+    from contract.output import write_atomic
+    from contract.trace import record
 
     python = require("0.34.0")
     policy = load_policy(policy_for("0.34.0", "mrv2"))
@@ -203,7 +204,8 @@ def traces_dir(tmp_path: Path) -> Path:
     from contract.modes import FULL
     from contract.policy import load_policy
     from contract.scenario import Runner, Scenario
-    from contract.trace import record, write_atomic
+    from contract.output import write_atomic
+    from contract.trace import record
 
     policy = load_policy(policy_for("0.34.0", "mrv2"))
     events = [LoadModel(), ProfileRun(), Resolve(), CaptureModel(), ExecuteModel(3), ExecuteModel(2, True)]

@@ -265,7 +265,7 @@ def test_interrupted_report_leaves_the_previous_one(tmp_path):
 
 
 def test_write_atomic_interrupted_keeps_the_old_file(tmp_path, monkeypatch):
-    from contract import trace
+    from contract import output
 
     target = tmp_path / "P1.json"
     target.write_text("old\n")
@@ -273,9 +273,9 @@ def test_write_atomic_interrupted_keeps_the_old_file(tmp_path, monkeypatch):
     def interrupted(src, dst):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trace.os, "replace", interrupted)
+    monkeypatch.setattr(output.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        trace.write_atomic(target, "new\n" * 1000)
+        output.write_atomic(target, "new\n" * 1000)
     assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["P1.json"]
 
 

@@ -21,7 +21,8 @@ def main(argv: list[str]) -> int:
 
         finder = overlay.install(os.environ["CONTRACT_VLLM_SRC"])
     from contract.conformance.replay import CannotBuild, Session
-    from contract.trace import loads, write_atomic
+    from contract.output import write_atomic
+    from contract.trace import loads
 
     with open(source, encoding="utf-8") as f:
         traces = [loads(json.dumps(t), "corpus") for t in json.load(f)]

@@ -15,7 +15,7 @@ from pathlib import Path
 from contract.conformance.compare import NOT_REPLAYED_MRV2, TraceResult
 from contract.conformance.decisions import HARNESS, VLLM, share
 from contract.dispatcher import BatchDescriptor
-from contract.trace import write_atomic
+from contract.output import write_atomic
 
 # The three (reading) rows of the capturer table (docs/capturer-table.md) the model turned into
 # counterexamples.
