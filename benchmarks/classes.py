@@ -23,7 +23,7 @@ from contract.differential import compare  # noqa: E402
 from contract.explore import explore  # noqa: E402
 from contract.mutants import MUTANTS  # noqa: E402
 from contract.policy import BUILT_IN, load_policy  # noqa: E402
-from contract.trace import write_atomic  # noqa: E402
+from contract.output import write_atomic  # noqa: E402
 
 
 def timed(fn):

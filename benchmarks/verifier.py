@@ -34,7 +34,7 @@ from contract.explore import explore  # noqa: E402
 from contract.machine import run_machine  # noqa: E402
 from contract.mutants import MUTANTS  # noqa: E402
 from contract.policy import BUILT_IN, load_policy  # noqa: E402
-from contract.trace import write_atomic  # noqa: E402
+from contract.output import write_atomic  # noqa: E402
 
 DEV_SEEDS = range(5)
 CI_REPEATS = 3
