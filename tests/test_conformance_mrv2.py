@@ -129,7 +129,7 @@ def test_mrv2_decision_points_are_vllms_but_the_scheduled_batch(jobs, version):
                      ("execute_model", "GPUModelRunner.gather_batch_req_state"),
                      ("execute_model", "dispatch_cg_and_sync_dp"), ("execute_model", "CudaGraphManager.dispatch"),
                      ("execute_model", "GPUModelRunner.execute_model (run-model branch)"),
-                     ("profile_run", "wrap_with_cudagraph_if_needed"), ("load_model", "VllmConfig.__post_init__")]:
+                     ("profile_run", "wrap_with_cudagraph_if_needed"), ("config", "VllmConfig.__post_init__")]:
         assert expected in made, expected
 
 
