@@ -247,8 +247,11 @@ def test_interrupted_report_leaves_the_previous_one(tmp_path):
     out = tmp_path / "reports"
     shutil.copytree(ROOT / "reports", out)
     before = snapshot(out)
+    # A run started in the background of a non-interactive shell inherits SIGINT ignored, and Python
+    # then installs no handler: give the child a terminal user's default disposition.
     child = subprocess.Popen(cli("report", "--out", out, "--quiet"), cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(4)
     # A KeyboardInterrupt raised inside a gc callback is printed and dropped by Python, so keep
     # pressing Ctrl-C as a user would until the run stops.
