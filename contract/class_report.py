@@ -71,7 +71,7 @@ def header(p: ClassPage) -> list[str]:
 
 
 def reproduce(p: ClassPage) -> list[str]:
-    return ["Replay it:", "```", f"cudagraph-contract replay {p.trace_path}", "```", ""]
+    return ["Replay it:", "```", f"cudagraph-contract replay reports/{p.trace_path}", "```", ""]
 
 
 def scenario(p: ClassPage) -> list[str]:
