@@ -169,3 +169,22 @@ def test_the_default_conform_corpus_replays_every_report_witness():
     replayed = set(file_traces(ROOT))
     witnesses = set((ROOT / "reports").glob("*/classes/*.json")) | set((ROOT / "reports").glob("*/P*.json"))
     assert witnesses and witnesses <= replayed
+
+
+def test_findings_cite_the_code_that_ran_at_the_violating_step(tmp_path):
+    from contract.conformance.report import findings_markdown
+
+    trace = load(P4)
+    step = len(trace.events) - 1  # the witness's propose
+    run = _conformance(trace, "0.30.0", _path(trace), WHERE)[("0.30.0", Runner.MRV1)]
+    run.update(policy="vllm_0_30", steps=step + 1, agreeing_steps=step + 1, trace_files=1, generated_traces=0,
+               findings=[{"name": trace.name, "source": "reports/vllm_0_30/P4.json", "outcome": "confirmed",
+                          "violations": [{"property": "P4", "step": step, "message": "m"}], "evidence": ["e"]}])
+    (tmp_path / "vllm-0.30.0.json").write_text(json.dumps(run))
+    text = findings_markdown(tmp_path)
+    cited = [m.group(1) for m in LINK.finditer(text.split(f"vLLM's code at step {step}:")[1])]
+    assert cited[:1] == ["https://github.com/vllm-project/vllm/blob/v0.30.0/vllm/v1/spec_decode/llm_base_proposer.py#L574-L756"]
+    assert "compilation/breakable_cudagraph.py#L317-L342" in cited[1]
+    run["traces"][0]["decision_path"] = []  # a run that recorded no path cites nothing
+    (tmp_path / "vllm-0.30.0.json").write_text(json.dumps(run))
+    assert "vLLM's code at step" not in findings_markdown(tmp_path)

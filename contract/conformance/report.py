@@ -318,6 +318,18 @@ def decisions_markdown(folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _code_at_violation(data: dict, finding: dict) -> list[str]:
+    """The vLLM functions the replay ran at the finding's first violating step, linked at the release."""
+    from contract.evidence import decision_lines
+
+    entry = next((t for t in data.get("traces", []) if t.get("name") == finding["name"]), None)
+    path = (entry or {}).get("decision_path") or []
+    step = finding["violations"][0]["step"]
+    where = (data.get("decision_points") or {}).get("where") or {}
+    ran = decision_lines.at_step(data["vllm"], path, where, step) if path else []
+    return [f"vLLM's code at step {step}:", "", *[f"- {r}" for r in ran], ""] if ran else []
+
+
 def findings_markdown(folder: Path) -> str:
     runs = _runs(folder)
     lines = [
@@ -352,6 +364,7 @@ def findings_markdown(folder: Path) -> str:
             for v, e in zip(f["violations"], f["evidence"]):
                 lines += [f"- model: step {v['step']}: {v['message']}", f"  - vLLM {data['vllm']}: {e}"]
             lines.append("")
+            lines += _code_at_violation(data, f)
         counts = (data.get("generated") or {}).get("violations") or {}
         if counts:
             lines += ["Generated covering set, traces with a violation under this policy (all replayed "

@@ -56,7 +56,7 @@ class Ran:
 @dataclass(frozen=True)
 class ReplayedPath:
     release: str
-    cell: matrix.Cell
+    cell: matrix.Cell | None  # None where only the path is read (findings.md)
     path: list[dict]  # the trace's decision_path
     where: dict  # the run's decision_points.where
 
@@ -93,6 +93,13 @@ def replayed(trace: Trace, conformance: dict[tuple[str, Runner], dict]) -> list[
         out.append(ReplayedPath(release, matrix.cell(trace, release, conformance),
                                 entry.get("decision_path") or [], where))
     return out
+
+
+def at_step(release: str, path: list[dict], where: dict, step: int) -> list[str]:
+    """The functions a recorded ``decision_path`` reached at event ``step``, as linked markdown."""
+    replayed_path = ReplayedPath(release, None, path, where)
+    reached = {r.point: r for r in replayed_path.reached()}
+    return [reached[point].markdown(release) for point in replayed_path.at_step(step)]
 
 
 def _steps(labels: tuple[str, ...]) -> str:
