@@ -28,7 +28,8 @@ import types
 from dataclasses import dataclass, field
 
 from contract.conformance import errors, observe, platform
-from contract.conformance.mrv2 import backends, cudagraph_utils, model_runner
+from contract.conformance.mrv2 import backends, cudagraph_utils, model_runner, spec_decode
+from contract.conformance.mrv2.conform import NOT_REPLAYED_WITHOUT_MODEL
 from contract.conformance.observe import Call, Recorder
 from contract.conformance.vllm_config import ConfigCache, config_key
 from contract.events import Event, event_to_json
@@ -51,6 +52,7 @@ MODULES = (
     "vllm.v1.worker.gpu.model_runner",
 )
 MANAGER = "CudaGraphManager"
+DRAFT_LABEL = "drafter.model"  # the raw draft model, as the model names it
 BREAKABLE_RUNNER = "breakable_cg_runner"
 
 
@@ -69,10 +71,14 @@ class ManagerRecorder(Recorder):
     or ``run_fullgraph``), when that object is a labelled manager."""
 
     managers: dict[int, object] = field(default_factory=dict)  # id -> a labelled CudaGraphManager
+    models: dict[int, str] = field(default_factory=dict)  # id(raw model) -> role
 
-    def manager(self, manager: object, role: str) -> None:
+    def manager(self, manager: object, role: str, label: str | None = None) -> None:
         self.managers[id(manager)] = manager
-        self.label(manager, f"{role}:{MANAGER}", MANAGER)
+        self.label(manager, label or f"{role}:{MANAGER}", MANAGER)
+
+    def role_of(self, manager: object) -> str:
+        return self.labels[id(manager)][0].split(":")[0]
 
     def enter(self, wrapper: object) -> Call:
         """Capturers built while a step runs (the compiled pieces' wrappers at the first forward,
@@ -95,7 +101,7 @@ class ManagerRecorder(Recorder):
                     role = self.labels[id(manager)][0].split(":")[0]
                     return f"{role}:{BREAKABLE_RUNNER}", "BreakableCUDAGraphWrapper"
         if isinstance(wrapper, CUDAGraphWrapper) and wrapper.runtime_mode.name == "PIECEWISE":
-            return f"target:{observe.COMPILED}", observe.COMPILED
+            return f"{_stack_model_role(self.models)}:{observe.COMPILED}", observe.COMPILED
         return None
 
     def graph_event(self, kind, graph) -> None:
@@ -111,6 +117,17 @@ class ManagerRecorder(Recorder):
                 finally:
                     self.active.pop()
         return super().graph_event(kind, graph)
+
+
+def _stack_model_role(models: dict[int, str]) -> str:
+    """Whose compiled pieces a wrapper belongs to: the raw model whose forward is on the stack."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and id(owner) in models:
+            return models[id(owner)]
+        frame = frame.f_back
+    return "target"
 
 
 def _stack_owner(labels: dict) -> object | None:
@@ -189,6 +206,7 @@ class Session:
         SimCuda.reset()
         self.recorder.labels.clear()
         self.recorder.managers.clear()
+        self.recorder.models.clear()
 
     def model(self, scenario: Scenario, vllm_config):
         """One model per config-time class, compiled once by its first forward: a compile is
@@ -197,6 +215,14 @@ class Session:
         key = (*config_key(scenario), scenario.model_compiled)
         if key not in self._models:
             self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled)
+        return self._models[key]
+
+    def draft_model(self, scenario: Scenario, vllm_config, hidden_size: int):
+        """The draft model, one per config-time class as the target's; first called by
+        ``profile_run``'s proposal, where Dynamo compiles it under the mode then in force."""
+        key = (*config_key(scenario), scenario.draft_compiled, "draft", hidden_size)
+        if key not in self._models:
+            self._models[key] = spec_decode.draft_model(vllm_config, scenario, hidden_size)
         return self._models[key]
 
     def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
@@ -222,12 +248,13 @@ class RealRun:
 
         self.session, self.scenario = session, scenario
         self.recorder = session.recorder
-        if scenario.drafter is not DrafterKind.NONE:
-            raise CannotBuild("speculators are not replayed yet")
+        if scenario.drafter is DrafterKind.WITHOUT_MODEL:
+            raise CannotBuild(NOT_REPLAYED_WITHOUT_MODEL)
         try:
             vllm_config = session.configs.get(scenario)
             backends.configure(vllm_config)
             self.model = session.model(scenario, vllm_config)
+            speculator = spec_decode.build(vllm_config, scenario, torch.device("cpu"))
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal, one line
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
         self.vllm_config = vllm_config
@@ -235,6 +262,19 @@ class RealRun:
             session.gpu_model_runner, vllm_config, self.model, torch.device("cpu")
         )
         self.runner.initialize_kv_cache = self.initialize_kv_cache
+        self.recorder.models[id(self.model)] = "target"
+        self.speculator: spec_decode.Observed | None = None
+        if speculator is not None:
+            draft = session.draft_model(scenario, vllm_config, speculator.hidden_size)
+            self.recorder.models[id(draft)] = "drafter"
+            self.speculator = spec_decode.Observed(speculator, self.runner, draft, self.draft_forward)
+            self.runner.speculator = speculator
+        if scenario.adaptive_verification:
+            # maybe_create_adaptive_verification_manager's manager (34:…/model_runner.py:738-751): the
+            # blocks read only whether it exists; its profiling run after capture decides no graph.
+            self.runner.adaptive_verification = types.SimpleNamespace()
+            self.runner.profile_adaptive_verification = lambda *a, **k: None
+        self.draft_context: str | None = None
         self.step: dict = {}
         self.capture_phase = False
         self.context = "capture_model"
@@ -243,11 +283,17 @@ class RealRun:
 
     # -- observation --------------------------------------------------------------------------
 
-    def start(self, context: str, mode_name: str, descriptor: dict) -> None:
+    def start(self, context: str, mode_name: str, descriptor: dict, role: str = "target") -> None:
         self.finish()
         self.recorder.start(mode_name)
-        self._open = {"role": "target", "context": context, "runtime_mode": mode_name,
+        self._open = {"role": role, "context": context, "runtime_mode": mode_name,
                       "batch_descriptor": descriptor}
+
+    def draft_forward(self, which: str, mode_name: str, desc) -> None:
+        """A draft prefill or decode step about to run under its manager's descriptor."""
+        context = self.draft_context or (spec_decode.PREFILL_CONTEXT if which == "prefill"
+                                         else spec_decode.DECODE_CONTEXT)
+        self.start(context, mode_name, _descriptor(desc), role="drafter")
 
     def finish(self, error: str | None = None, keep: bool = True) -> None:
         open_ = self._open
@@ -268,13 +314,14 @@ class RealRun:
         if kind == "done":
             self._finish_capture()
             return
+        role = self.recorder.role_of(manager) if id(manager) in self.recorder.labels else "target"
         if kind == "warmup":
             self._finish_capture()
-            self.start(self.context, "NONE", _descriptor(desc, warmup=True))
+            self.start(self.context, "NONE", _descriptor(desc, warmup=True), role)
             self._capture = {"desc": desc, "warmup": True}
         elif self._capture is None or self._capture["desc"] is not desc or self._capture["warmup"]:
             self._finish_capture()
-            self.start(self.context, desc.cg_mode.name, _descriptor(desc))
+            self.start(self.context, desc.cg_mode.name, _descriptor(desc), role)
             self._capture = {"desc": desc, "warmup": False}
 
     def _finish_capture(self) -> None:
@@ -307,11 +354,28 @@ class RealRun:
         got = self.session.gpu_model_runner.GPUModelRunner.get_model(self.runner)
         self.step["stacks"] = {"target": label if self.runner.model is model else type(self.runner.model).__name__}
         self.step["unwrap"] = {"target": label if got is model else type(got).__name__}
+        if self.speculator is not None:
+            # DraftModelSpeculator.load_model assigns the draft model unwrapped; get_draft_model
+            # returns it (34:…/model_runner.py:592-596).
+            draft = self.speculator.speculator.model
+            got = self.session.gpu_model_runner.GPUModelRunner.get_draft_model(self.runner)
+            self.step["stacks"]["drafter"] = DRAFT_LABEL
+            self.step["unwrap"]["drafter"] = DRAFT_LABEL if got is draft else type(got).__name__
 
     def on_profile_run(self, event) -> None:
         """``profile_run`` → ``_dummy_run(is_profile=True)`` → ``execute_model``: dispatch with
         ``need_eager``, then the model's first forward, where Dynamo compiles."""
         self.execute(PROFILE_NUM_TOKENS, self.runner.max_num_reqs, None, None, is_profile=True, context="profile_run")
+        if self.speculator is not None:
+            # _dummy_run then proposes on the dummy batch with is_profile (34:…/model_runner.py:993-1027):
+            # the draft model's first forward, where Dynamo compiles it.
+            self.draft_context = "profile_run"
+            try:
+                reqs = self.runner.max_num_reqs
+                self.propose(PROFILE_NUM_TOKENS, reqs, PROFILE_NUM_TOKENS, [PROFILE_NUM_TOKENS // reqs] * reqs,
+                             False, is_profile=True)
+            finally:
+                self.draft_context = None
 
     def initialize_kv_cache(self, kv_cache_config=None, is_profiling: bool = False) -> None:
         """``initialize_kv_cache``'s block: adaptive verification, resolve, ``ModelCudaGraphManager``,
@@ -329,6 +393,9 @@ class RealRun:
         except ValueError as exc:
             raise Halt(errors.resolve_rejected(exc)) from exc
         self.recorder.manager(self.runner.cudagraph_manager, "target")
+        if self.speculator is not None:
+            for which, manager in self.speculator.managers_built():
+                self.recorder.manager(manager, "drafter", f"drafter:{MANAGER}({which})")
 
     def on_profile_cudagraph_memory(self, event) -> None:
         """``profile_cudagraph_memory`` (``34:…/cudagraph_utils.py:988-1095``), vLLM's own, on the
@@ -352,6 +419,38 @@ class RealRun:
             self.initialize_kv_cache()
         finally:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+        if self.speculator is not None:
+            manager = self.speculator.prefill_manager()
+            if manager is not None:
+                self.step["drafter_cudagraph_mode"] = manager.cudagraph_mode.name
+
+    def on_propose(self, event) -> None:
+        """``speculator.propose`` after a target batch of the event's tokens: the draft prefill on
+        the target's padded token count (``max(num_tokens, batch_desc.num_tokens)``, the target's
+        real dispatch), then the draft decode steps."""
+        q = self.runner.decode_query_len
+        n = event.num_tokens
+        if event.uniform_decode:
+            num_reqs, utc, mql, scheduled = n // q, q, q, [q] * (n // q)
+        else:
+            num_reqs = min(n, self.runner.max_num_reqs)
+            utc, mql, scheduled = None, q + 1, [q + 1] + [1] * (num_reqs - 1)
+        out = self.session.blocks.dispatch(
+            self.runner, num_reqs=num_reqs, num_toks=n, uniform_tok_count=utc, max_query_len=mql,
+            is_profile=False, skip_compiled=False, num_active_loras=0, skip_attn_for_dummy_run=False,
+            scheduler_output=types.SimpleNamespace(skip_drafts=False),
+        )
+        padded = max(n, out["batch_desc"].num_tokens)
+        self.propose(n, num_reqs, padded, scheduled, event.uniform_decode, is_profile=False)
+
+    def propose(self, num_tokens: int, num_reqs: int, padded: int, scheduled: list[int], eligible: bool, *,
+                is_profile: bool) -> None:
+        try:
+            self.speculator.propose(num_reqs, num_tokens, padded, scheduled, eligible, is_profile)
+        except AssertionError:
+            raise
+        except Exception as exc:
+            raise Halt(errors.normalise(exc)) from exc
 
     def on_capture_model(self, event) -> None:
         """``capture_model``, vLLM's whole method on the stand-in runner."""
