@@ -68,6 +68,9 @@ class SpeculativeStandIn:
     def use_ngram(self) -> bool:
         return self.method == "ngram"
 
+    def use_ngram_gpu(self) -> bool:
+        return False  # MRV1's GPU n-gram proposer (33:compilation/backends.py:1115-1118)
+
     def use_multi_module_mtp(self) -> bool:
         return self.multi_module
 
@@ -83,6 +86,10 @@ class SpeculativeStandIn:
     def compile_factors(self) -> dict:
         """The compile cache's hash factors (``VllmConfig.compile_factors``, 0.34): the cache is off."""
         return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+
+    def compute_hash(self) -> str:
+        """The compile cache's hash (``VllmConfig.compute_hash``, 0.33): the cache is off."""
+        return f"{self.method}-{self.num_speculative_tokens}"
 
 
 METHODS = {Speculator.EAGLE: "eagle", Speculator.MULTI_MODULE_MTP: "mtp", Speculator.DFLASH: "dflash",

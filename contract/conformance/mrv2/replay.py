@@ -271,8 +271,14 @@ class RealRun:
             self.runner.speculator = speculator
         if scenario.adaptive_verification:
             # maybe_create_adaptive_verification_manager's manager (34:…/model_runner.py:738-751): the
-            # blocks read only whether it exists; its profiling run after capture decides no graph.
-            self.runner.adaptive_verification = types.SimpleNamespace()
+            # blocks read only whether it exists. Its cost profiling after capture (dummy runs of
+            # captured sizes, 33:…/model_runner.py:1140-1146, 34:…:1195-1199) is not run: it
+            # replays graphs already captured and decides none.
+            import contextlib
+
+            self.runner.adaptive_verification = types.SimpleNamespace(
+                batches_to_profile=lambda *a, **k: [], set_initial_cost_curves=lambda *a, **k: None)
+            self.runner.step_timing = types.SimpleNamespace(collect=lambda: contextlib.nullcontext({}))
             self.runner.profile_adaptive_verification = lambda *a, **k: None
         self.draft_context: str | None = None
         self.step: dict = {}
