@@ -1,7 +1,7 @@
 """One Model Runner V2 conformance run: start vLLM's MRV2 code, replay the corpus, collect results.
 
-The generated corpus is every MRV2 scenario without a speculator (``scenario.all_scenarios(Runner.MRV2)``,
-with ``model_compiled`` both ways) under the
+The generated corpus is every MRV2 scenario without a speculator or with a replayed one
+(``scenario.all_scenarios(Runner.MRV2)``, with ``model_compiled`` and ``draft_compiled`` both ways) under the
 MRV1 corpus's event script, as far as the model's runner takes it; ``covering`` keeps one trace
 per new observation cell (``corpus.select``).
 """
@@ -17,22 +17,38 @@ from contract.conformance.compare import TraceResult, compare, predict
 from contract.conformance.conform import ReplayProblem, _first_line
 from contract.conformance.report import ConformanceRun, finding
 from contract.policy import Policy
-from contract.scenario import DrafterKind, Runner, all_scenarios
+from contract.scenario import DrafterKind, Runner, Speculator, all_scenarios
 from contract.trace import Trace, TraceError, record
 
 # The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
 # (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
 # from the runner's request states, which the stand-in runner does not keep.
+NOT_REPLAYED_SPECULATOR = ("not replayed (MRV2 speculator {}: its propose path needs stand-ins for "
+                           "kernels and inputs the harness does not provide yet)")
 NOT_REPLAYED_WITHOUT_MODEL = "not replayed (MRV2 speculator without a draft model: needs the runner's request states)"
 
 
+# Speculators the replay builds from the installed release (contract/conformance/mrv2/spec_decode.py).
+REPLAYED_SPECULATORS = frozenset({Speculator.EAGLE})
+
+
 def scenarios() -> Iterator:
-    """MRV2 scenarios without a speculator (the replay drives no speculator yet), each with a
-    compiled-class model and with an undecorated one (``model_compiled``)."""
+    """MRV2 scenarios, each with a compiled-class model and with an undecorated one
+    (``model_compiled``); with a replayed speculator, each with a compiled and an uncompiled draft
+    class (``draft_compiled``, lead L2) and with and without adaptive verification.
+    ``spec_enforce_eager`` is left at False: MRV2 never reads it."""
     for s in all_scenarios(Runner.MRV2):
         if s.drafter is DrafterKind.NONE:
             yield s
             yield replace(s, model_compiled=False)
+        elif s.drafter is DrafterKind.WITH_MODEL and not s.spec_enforce_eager:
+            for speculator in sorted(REPLAYED_SPECULATORS, key=lambda v: v.name):
+                for draft_compiled, adaptive in ((True, False), (False, False), (True, True)):
+                    try:
+                        yield replace(s, speculator=speculator, draft_compiled=draft_compiled,
+                                      adaptive_verification=adaptive)
+                    except ValueError:
+                        continue
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
@@ -93,6 +109,10 @@ def _compare(session, trace: Trace, policy: Policy, source: str):
 
     if trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is DrafterKind.WITHOUT_MODEL:
         return TraceResult(trace.name or source, source, trace.policy, NOT_REPLAYED_WITHOUT_MODEL)
+    if (trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is DrafterKind.WITH_MODEL
+            and trace.scenario.speculator not in REPLAYED_SPECULATORS):
+        return TraceResult(trace.name or source, source, trace.policy,
+                           NOT_REPLAYED_SPECULATOR.format(trace.scenario.speculator.name))
     try:
         return compare(session, trace, policy, source, Runner.MRV2)
     except (CannotBuild, TraceError) as exc:

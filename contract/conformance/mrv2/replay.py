@@ -421,10 +421,17 @@ class RealRun:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
 
     def on_resolve(self, event) -> None:
+        """An assertion stops the engine inside the step (adaptive verification's
+        ``assert cudagraph_mode.has_full_cudagraphs()``, ``33:…/spec_decode/adaptive_verification.py:36-43``):
+        the step then reports no resolved mode, as the model's does."""
         try:
             self.initialize_kv_cache()
-        finally:
+        except AssertionError:
+            raise
+        except BaseException:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+            raise
+        self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
         if self.speculator is not None:
             manager = self.speculator.prefill_manager()
             if manager is not None:

@@ -1,0 +1,101 @@
+"""MRV2 speculators on real vLLM 0.33.0 and 0.34.0 (``conform --runner mrv2`` with a drafter).
+
+The regression traces with a drafter (``tests/traces/mrv2-*``) are replayed on each release in its
+environment: every step agrees with the model except where the model is known wrong about the
+release (``test_conformance_mrv2.KNOWN_MODEL_ERRORS``), and the replay's own observations show
+the release's speculator acting: the draft prefill manager capturing at ``capture_model`` and
+replaying at ``propose``, the decode manager capturing the draft decode grid, the draft model's
+PIECEWISE prefill running eagerly under a compiled target when its class is not compiled (lead L2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_conformance_mrv2 import KNOWN_MODEL_ERRORS, ROOT, TIMEOUT, require
+
+pytestmark = pytest.mark.conformance
+
+VERSIONS = ("0.34.0", "0.33.0")
+L2 = "mrv2-0.34-l2-uncompiled-draft-piecewise-eager"
+GRID = "mrv2-0.34-draft-decode-request-grid"
+ADAPTIVE = "mrv2-0.34-l1-adaptive-verification-rewrites-full"
+TRACES = [ROOT / "tests" / "traces" / f"{name}.json" for name in (L2, GRID, ADAPTIVE)]
+
+OBSERVE = """
+import json, sys
+from contract import trace as T
+from contract.conformance.mrv2.replay import Session
+session = Session()
+out = {}
+for path in sys.argv[1:]:
+    t = T.load(path)
+    out[t.name] = session.replay(t.scenario, t.events)
+print(json.dumps(out))
+"""
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_speculator_traces_agree_with_real_vllm(tmp_path, version):
+    python = require(version)
+    argv = [str(python), "-m", "contract.cli", "conform", "--runner", "mrv2", "--corpus", "none", "--json",
+            "--reports", str(tmp_path)]
+    for path in TRACES:
+        argv += ["--traces", str(path)]
+    proc = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    assert data["vllm"] == version and data["not_replayed_mrv2"] == 0
+    results = {t["name"]: t for t in data["traces"]}
+    assert set(results) >= {L2, GRID, ADAPTIVE} and all(t["status"] == "replayed" for t in results.values())
+    steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
+    unexpected = [x for x in steps if x["event"].split("(")[0] not in KNOWN_MODEL_ERRORS[version]]
+    assert not unexpected, json.dumps(unexpected, indent=1)[:4000]
+    assert data["steps"] >= 20
+
+
+def _dispatches(step: dict, role: str = "drafter") -> list[dict]:
+    return [d for d in step.get("dispatches", []) if d["role"] == role]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_release_speculator_really_acts(version):
+    """Observations of the replay itself, so a drafter that was not run (or was run by the
+    harness instead of the release) cannot pass: the draft managers are the speculator's own,
+    labelled when its ``init_cudagraph_manager`` built them, and act on the draft forwards."""
+    python = require(version)
+    proc = subprocess.run([str(python), "-c", OBSERVE, *map(str, TRACES)], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    l2 = {step["event"]["event"]: step for step in runs[L2]}
+    assert l2["load_model"]["stacks"]["drafter"] == "drafter.model"
+    capture = _dispatches(l2["capture_model"])
+    full = [d for d in capture if d["runtime_mode"] == "FULL"]
+    assert full and all(d["layers"] == [{"layer": "drafter:CudaGraphManager(prefill)", "action": "captured",
+                                          "depth": 0}] for d in full)
+    # Lead L2: the draft class is not compiled, the target is, so the draft prefill manager keeps
+    # PIECEWISE and nothing captures it: the draft model runs eagerly.
+    piecewise = [d for d in capture if d["runtime_mode"] == "PIECEWISE"]
+    assert piecewise and all(d["layers"] == [] and d["ran_eager"] for d in piecewise)
+    target = _dispatches(l2["capture_model"], "target")
+    assert any(layer["layer"] == "target:compiled" for d in target for layer in d["layers"])
+    (propose,) = _dispatches(l2["propose"])
+    assert propose["context"] == "propose" and propose["runtime_mode"] == "PIECEWISE" and propose["ran_eager"]
+    grid = {step["event"]["event"]: step for step in runs[GRID]}
+    decode = [d for d in _dispatches(grid["capture_model"])
+              if any(layer["layer"] == "drafter:CudaGraphManager(decode)" for layer in d["layers"])]
+    assert {d["batch_descriptor"]["num_reqs"] for d in decode} == ({1, 2, 3, 4} if version == "0.34.0" else {2, 4})
+    proposals = [d for step in runs[GRID] if step["event"]["event"] == "propose" for d in _dispatches(step)]
+    assert {d["context"] for d in proposals} == {"propose", "propose_decode"}
+    replayed = [layer for d in proposals for layer in d["layers"] if layer["action"] == "replayed"]
+    assert replayed, proposals
