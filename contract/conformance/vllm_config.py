@@ -96,6 +96,18 @@ METHODS = {Speculator.EAGLE: "eagle", Speculator.MULTI_MODULE_MTP: "mtp", Specul
            Speculator.STANDALONE_AR: "draft_model"}
 
 
+def _draft_model_config(model_config, scenario: Scenario):
+    """The draft model's config: the target's tiny Llama; a multi-module MTP checkpoint has one
+    MTP module per speculative step (``num_nextn_predict_layers``, read by its capture,
+    ``33:v1/worker/gpu/spec_decode/multi_module_mtp/speculator.py:124``)."""
+    if scenario.speculator is not Speculator.MULTI_MODULE_MTP:
+        return model_config
+    draft = copy.copy(model_config)
+    draft.hf_config = copy.deepcopy(model_config.hf_config)
+    draft.hf_config.num_nextn_predict_layers = scenario.uniform_decode_query_len - 1
+    return draft
+
+
 def _split_for_speculator(vllm_config) -> None:
     """0.34 splits the shared capture sizes into prefill tokens and decode requests at post-init
     by the target's decode query lengths (``34:config/vllm.py:2381-2387,2548``), which the
@@ -172,7 +184,7 @@ class ConfigCache:
             method=METHODS[scenario.speculator] if with_model else "ngram",
             multi_module=with_model and scenario.speculator is Speculator.MULTI_MODULE_MTP,
             enable_adaptive_verification=scenario.adaptive_verification,
-            draft_model_config=vllm_config.model_config,
+            draft_model_config=_draft_model_config(vllm_config.model_config, scenario),
         )
         if vllm_config.speculative_config is not None and hasattr(vllm_config, "_split_cudagraph_capture_sizes"):
             _split_for_speculator(vllm_config)

@@ -98,7 +98,8 @@ class TinyDraftModel(torch.nn.Module):
     """A draft model class without ``@support_torch_compile`` (``draft_compiled`` false), called
     as the speculators' ``_run_model`` calls ``self.model``: ``input_ids``, ``positions``,
     ``hidden_states`` (the target's, of the draft config's hidden size), ``inputs_embeds``
-    (``v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py``). Same pieces as ``TinyModel``."""
+    (``v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py``), and ``spec_step_idx`` (the
+    module of a multi-module MTP step, ``…/multi_module_mtp/speculator.py``). Same pieces as ``TinyModel``."""
 
     def __init__(self, *, vllm_config, prefix: str = "", hidden_size: int = HIDDEN_SIZE) -> None:
         super().__init__()
@@ -107,7 +108,7 @@ class TinyDraftModel(torch.nn.Module):
         self.register_buffer("attn_output", torch.zeros(max_tokens, hidden_size), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor,
-                inputs_embeds=None) -> torch.Tensor:
+                inputs_embeds=None, spec_step_idx: int = 0) -> torch.Tensor:
         h = torch.ops.simcg.compute(hidden_states, self.weight)
         out = self.attn_output[: h.shape[0]]
         torch.ops.simcg.attention(h, out)

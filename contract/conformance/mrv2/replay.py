@@ -267,7 +267,8 @@ class RealRun:
         if speculator is not None:
             draft = session.draft_model(scenario, vllm_config, speculator.hidden_size)
             self.recorder.models[id(draft)] = "drafter"
-            self.speculator = spec_decode.Observed(speculator, self.runner, draft, self.draft_forward)
+            self.speculator = spec_decode.Observed(speculator, self.runner, draft, self.draft_forward,
+                                                   self.capture_step)
             self.runner.speculator = speculator
         if scenario.adaptive_verification:
             # maybe_create_adaptive_verification_manager's manager (34:…/model_runner.py:738-751): the
@@ -295,11 +296,25 @@ class RealRun:
         self._open = {"role": role, "context": context, "runtime_mode": mode_name,
                       "batch_descriptor": descriptor}
 
-    def draft_forward(self, which: str, mode_name: str, desc) -> None:
+    def draft_forward(self, which: str, mode_name: str, desc, step_idx: int | None) -> None:
         """A draft prefill or decode step about to run under its manager's descriptor."""
         context = self.draft_context or (spec_decode.PREFILL_CONTEXT if which == "prefill"
                                          else spec_decode.DECODE_CONTEXT)
         self.start(context, mode_name, _descriptor(desc), role="drafter")
+        if step_idx is not None:
+            self._open["spec_step_idx"] = step_idx
+
+    def capture_step(self, step_idx: int) -> None:
+        """A multi-module MTP PIECEWISE capture run forwards once per module: one dispatch each,
+        as the model steps it."""
+        open_ = self._open
+        if open_ is None:
+            return
+        if "spec_step_idx" not in open_ and not self.recorder.calls and not self.recorder.ran_eager:
+            open_["spec_step_idx"] = step_idx
+            return
+        self.start(open_["context"], open_["runtime_mode"], open_["batch_descriptor"], open_["role"])
+        self._open["spec_step_idx"] = step_idx
 
     def finish(self, error: str | None = None, keep: bool = True) -> None:
         open_ = self._open

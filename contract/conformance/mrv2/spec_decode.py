@@ -43,7 +43,9 @@ PACKAGE = "vllm.v1.worker.gpu.spec_decode"
 # 0.34 names the class through the method's SpeculatorConfig (34:…/spec_decode/*/config.py).
 CONFIG_MODULES = {Speculator.EAGLE: "eagle", Speculator.MULTI_MODULE_MTP: "multi_module_mtp",
                   Speculator.DFLASH: "dflash", Speculator.STANDALONE_AR: "standalone_ar"}
-KERNELS = ("prepare_prefill_inputs", "prepare_decode_inputs", "update_draft_inputs")
+KERNELS = ("prepare_prefill_inputs", "prepare_decode_inputs", "update_draft_inputs",  # EAGLE
+           "prepare_input_buffers", "prepare_input_hidden_states_and_embeddings",  # multi-module MTP
+           "pad_trailing_draft_slots", "cache_inputs")
 MANAGERS = (("prefill_cudagraph_manager", "prefill"), ("decode_cudagraph_manager", "decode"),
             ("cudagraph_manager", "prefill"))
 PREFILL_CONTEXT, DECODE_CONTEXT = "propose", "propose_decode"
@@ -78,12 +80,13 @@ def build(vllm_config, scenario: Scenario, device) -> object | None:
 class Observed:
     """The speculator's stand-ins installed and its forwards told to the replay.
 
-    ``on_forward(which, mode_name, desc)`` hears each draft forward as the model steps it: a draft
-    prefill or decode step about to run under the descriptor its manager dispatched
-    (``which`` is ``prefill`` or ``decode``)."""
+    ``on_forward(which, mode_name, desc, step_idx)`` hears each draft forward as the model steps it: a
+    draft prefill or decode step about to run under the descriptor its manager dispatched
+    (``which`` is ``prefill`` or ``decode``; ``step_idx`` the module of a multi-module MTP step).
+    ``on_capture_step(step_idx)`` hears each module step of a PIECEWISE capture run."""
 
-    def __init__(self, speculator, runner, model, on_forward) -> None:
-        self.speculator, self.on_forward = speculator, on_forward
+    def __init__(self, speculator, runner, model, on_forward, on_capture_step) -> None:
+        self.speculator, self.on_forward, self.on_capture_step = speculator, on_forward, on_capture_step
         self.capturing = False
         self.current: tuple[str, object] | None = None
         self.managers: dict[int, str] = {}
@@ -104,6 +107,7 @@ class Observed:
         spec.sample_draft = lambda hidden_states, *a, **k: torch.zeros(hidden_states.shape[0], dtype=torch.int64)
         spec._prepare_decode_inputs = _no_op
         spec._build_uniform_attn_metadata = _no_op
+        spec._build_attn_metadata = lambda *a, **k: {}
         spec._update_draft_decode_metadata = _no_op
         for cls in type(spec).__mro__:
             module = importlib.import_module(cls.__module__)
@@ -116,9 +120,12 @@ class Observed:
 
         def _run_model(num_tokens, *args, **kwargs):
             mode = kwargs.get("cudagraph_runtime_mode", args[3] if len(args) > 3 else None)
+            step_idx = kwargs.get("spec_module_idx")  # multi-module MTP: one module per step
             if not self.capturing and self.current is not None:
                 which, desc = self.current
-                self.on_forward(which, mode.name, desc)
+                self.on_forward(which, mode.name, desc, step_idx)
+            elif self.capturing and step_idx is not None and mode.name == "PIECEWISE":
+                self.on_capture_step(step_idx)
             return original_run_model(num_tokens, *args, **kwargs)
 
         spec._run_model = _run_model
@@ -172,7 +179,7 @@ class Observed:
 
         def watched_run_fullgraph(desc, *args, **kwargs):
             if not self.capturing:
-                self.on_forward(which, desc.cg_mode.name, desc)
+                self.on_forward(which, desc.cg_mode.name, desc, None)
             return run_fullgraph(desc, *args, **kwargs)
 
         manager.run_fullgraph = watched_run_fullgraph
@@ -200,6 +207,8 @@ class Observed:
             seq_lens=torch.full((max_reqs,), 16, dtype=torch.int32, device=device),
             idx_mapping=torch.arange(num_reqs, dtype=torch.int32, device=device),
             decode_graph_eligible=decode_graph_eligible,
+            query_start_loc=torch.tensor(np.concatenate([[0], np.cumsum(scheduled)]), dtype=torch.int32),
+            query_start_loc_np=np.concatenate([[0], np.cumsum(scheduled)]).astype(np.int32),
         )
         kwargs = dict(
             input_batch=input_batch, attn_metadata=None, slot_mappings=None,

@@ -108,6 +108,11 @@ def profile(run, scenario: Scenario, release: str, num_tokens: int) -> None:
     batch, then, for the autoregressive speculators, one one-token decode step per further draft
     token over its requests (``33:…/target_dependent_ar/speculator.py:306-366``,
     ``34:…/autoregressive/speculator.py:167-274``)."""
+    if scenario.speculator is Speculator.MULTI_MODULE_MTP:
+        # _generate_drafts runs every module on the batch (33:…/multi_module_mtp/speculator.py:398-480)
+        for step_idx in range(num_speculative_steps(scenario)):
+            run.eager("drafter", BED(NONE, num_tokens, MAX_NUM_SEQS), step_idx)
+        return
     run.eager("drafter", BED(NONE, num_tokens, MAX_NUM_SEQS))
     if scenario.speculator in (Speculator.EAGLE, Speculator.STANDALONE_AR):
         for _ in range(num_speculative_steps(scenario) - 1):
