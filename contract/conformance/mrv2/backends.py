@@ -104,12 +104,15 @@ class TinyDraftModel(torch.nn.Module):
     def __init__(self, *, vllm_config, prefix: str = "", hidden_size: int = HIDDEN_SIZE) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.eye(hidden_size) * 0.5, requires_grad=False)
+        self.embed = torch.nn.Embedding(VOCAB_SIZE, hidden_size)
         max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
         self.register_buffer("attn_output", torch.zeros(max_tokens, hidden_size), persistent=False)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor | None = None,
                 inputs_embeds=None, spec_step_idx: int = 0) -> torch.Tensor:
-        h = torch.ops.simcg.compute(hidden_states, self.weight)
+        # A standalone draft model reads its own tokens only (no target hidden states).
+        x = self.embed(input_ids) if hidden_states is None else hidden_states
+        h = torch.ops.simcg.compute(x, self.weight)
         out = self.attn_output[: h.shape[0]]
         torch.ops.simcg.attention(h, out)
         return torch.ops.simcg.compute(out, self.weight) * 2

@@ -29,7 +29,7 @@ NOT_REPLAYED_WITHOUT_MODEL = "not replayed (MRV2 speculator without a draft mode
 
 
 # Speculators the replay builds from the installed release (contract/conformance/mrv2/spec_decode.py).
-REPLAYED_SPECULATORS = frozenset({Speculator.EAGLE, Speculator.MULTI_MODULE_MTP})
+REPLAYED_SPECULATORS = frozenset({Speculator.EAGLE, Speculator.MULTI_MODULE_MTP, Speculator.STANDALONE_AR})
 
 
 def scenarios() -> Iterator:

@@ -93,7 +93,9 @@ class _BlockTables:
     def get_dummy_slot_mappings(self, num_tokens):
         return torch.zeros((0, num_tokens), dtype=torch.int64)
 
-    def compute_slot_mappings(self, idx_mapping, query_start_loc, positions, num_tokens):
+    num_kv_cache_groups = 0
+
+    def compute_slot_mappings(self, idx_mapping, query_start_loc, positions, num_tokens, out=None):
         return torch.zeros((0, num_tokens), dtype=torch.int64)  # the draft decode steps' (no KV groups)
 
 

@@ -55,6 +55,18 @@ def _no_op(*args, **kwargs) -> None:
     return None
 
 
+class _Launch:
+    """A Triton kernel launch ``kernel[grid](...)`` that does nothing."""
+
+    def __getitem__(self, grid):
+        return _no_op
+
+
+# Wrappers whose return value the proposal reads: only their kernel launch is a stand-in
+# (standalone AR's expanded token count, 34:…/standalone_ar/speculator.py:541-583).
+KEEP_WRAPPER = {"standalone_ar": ("prepare_prefill_inputs",)}
+
+
 def _speculator_config(scenario: Scenario):
     """0.34's ``SpeculatorConfig`` of the method: the class attribute ``speculator_class``."""
     module = importlib.import_module(f"{PACKAGE}.{CONFIG_MODULES[scenario.speculator]}.config")
@@ -89,6 +101,7 @@ class Observed:
         self.speculator, self.on_forward, self.on_capture_step = speculator, on_forward, on_capture_step
         self.capturing = False
         self.current: tuple[str, object] | None = None
+        self.forwards, self.num_reqs = 0, 0
         self.managers: dict[int, str] = {}
         spec = speculator
         # load_model
@@ -109,21 +122,38 @@ class Observed:
         spec._build_uniform_attn_metadata = _no_op
         spec._build_attn_metadata = lambda *a, **k: {}
         spec._update_draft_decode_metadata = _no_op
+        spec.expanded_slot_mappings = torch.empty(0, spec.max_num_tokens + spec.max_num_reqs, dtype=torch.int64)
         for cls in type(spec).__mro__:
             module = importlib.import_module(cls.__module__)
             if module.__name__.startswith(PACKAGE):
                 for name in KERNELS:
-                    if callable(getattr(module, name, None)):
+                    launch = getattr(module, f"_{name}_kernel", None)
+                    if name in KEEP_WRAPPER.get(module.__name__.rsplit(".", 2)[-2], ()) and launch is not None:
+                        setattr(module, f"_{name}_kernel", _Launch())
+                    elif callable(getattr(module, name, None)):
                         setattr(module, name, _no_op)
                 self._watch_dispatch(module)
         original_run_model = spec._run_model
 
         def _run_model(num_tokens, *args, **kwargs):
-            mode = kwargs.get("cudagraph_runtime_mode", args[3] if len(args) > 3 else None)
+            from vllm.config.compilation import CUDAGraphMode
+
+            mode = kwargs.get("cudagraph_runtime_mode") or next(
+                (a for a in args if isinstance(a, CUDAGraphMode)), CUDAGraphMode.NONE)
             step_idx = kwargs.get("spec_module_idx")  # multi-module MTP: one module per step
-            if not self.capturing and self.current is not None:
+            if not self.capturing and self.current is None:
+                # A draft forward with no dispatch before it (standalone AR: 0.33 always,
+                # 34:…/standalone_ar/speculator.py:339-352 on a profile pass): the NONE descriptor
+                # of its batch, as dispatch_cg_and_sync_dp returns for need_eager.
+                n = num_tokens if isinstance(num_tokens, int) else num_tokens.shape[0]
+                which = "prefill" if not self.forwards else "decode"
+                self.on_forward(which, "NONE", _none_descriptor(n, self.num_reqs if which == "prefill" else n),
+                                step_idx)
+                self.forwards += 1
+            elif not self.capturing:
                 which, desc = self.current
                 self.on_forward(which, mode.name, desc, step_idx)
+                self.forwards += 1
             elif self.capturing and step_idx is not None and mode.name == "PIECEWISE":
                 self.on_capture_step(step_idx)
             return original_run_model(num_tokens, *args, **kwargs)
@@ -207,6 +237,8 @@ class Observed:
             seq_lens=torch.full((max_reqs,), 16, dtype=torch.int32, device=device),
             idx_mapping=torch.arange(num_reqs, dtype=torch.int32, device=device),
             decode_graph_eligible=decode_graph_eligible,
+            input_ids=torch.zeros(num_tokens_padded, dtype=torch.int32),
+            positions=torch.zeros(num_tokens_padded, dtype=torch.int64),
             query_start_loc=torch.tensor(np.concatenate([[0], np.cumsum(scheduled)]), dtype=torch.int32),
             query_start_loc_np=np.concatenate([[0], np.cumsum(scheduled)]).astype(np.int32),
         )
@@ -221,9 +253,11 @@ class Observed:
             temperature=torch.zeros(max_reqs, dtype=torch.float32),
             seeds=torch.zeros(max_reqs, dtype=torch.int64),
             dp_sync_state=None, dummy_run=is_profile, is_profile=is_profile,
+            # profile_run's _dummy_run(skip_attn=True) (33:…/model_runner.py:1034-1036, 34:…:1086-1088)
+            skip_attn_for_dummy_run=is_profile,
         )
         _OBSERVED[0] = self
-        self.current = None
+        self.current, self.forwards, self.num_reqs = None, 0, num_reqs
         try:
             spec.propose(**kwargs)
         finally:
@@ -238,6 +272,13 @@ class Observed:
 
 
 _OBSERVED: list[Observed | None] = [None]
+
+
+def _none_descriptor(num_tokens: int, num_reqs: int):
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+
+    return BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=num_tokens, num_reqs=num_reqs)
 
 
 def draft_model(vllm_config, scenario: Scenario, hidden_size: int):

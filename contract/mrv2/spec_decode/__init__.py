@@ -132,9 +132,12 @@ def propose(run, scenario: Scenario, release: str, num_tokens: int, uniform: boo
         return
     steps = (None,)
     tokens = run.target_num_tokens_after_padding(num_tokens, uniform)
-    if spec is Speculator.STANDALONE_AR and release == "0.34":
-        # the expanded prefill adds a correction token to each request (34:…/standalone_ar/speculator.py:62-73)
-        tokens = num_reqs * (q + 1) if uniform else tokens + num_reqs
+    if spec is Speculator.STANDALONE_AR:
+        # the expanded prefill adds a correction token to each request of the target's batch
+        # before padding: prepare_prefill_inputs returns src_tokens + num_reqs
+        # (33:…/standalone_ar/speculator.py:500-543, 34:…:541-583), run as is (0.33, no manager)
+        # or dispatched as is (34:…:389-398)
+        tokens = num_tokens + num_reqs
         utc, max_query_len = (q + 1, q + 1) if uniform else (None, q + 2)
     elif spec is Speculator.MULTI_MODULE_MTP:
         steps = tuple(range(num_speculative_steps(scenario)))  # one module per step, one manager
