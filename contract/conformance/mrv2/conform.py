@@ -23,8 +23,12 @@ from contract.trace import Trace, TraceError, record
 # The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
 # (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
 # from the runner's request states, which the stand-in runner does not keep.
-NOT_REPLAYED_SPECULATOR = ("not replayed (MRV2 speculator {}: its propose path needs stand-ins for "
-                           "kernels and inputs the harness does not provide yet)")
+# The DFlash family's capture and propose store the target's hidden states as the draft model's
+# context K/V through its attention layers and build DFlash-specific attention metadata
+# (34:v1/worker/gpu/spec_decode/dflash/speculator.py:166-186,266-334,399-445), which a draft
+# model without attention layers cannot stand in for.
+NOT_REPLAYED_SPECULATOR = ("not replayed (MRV2 speculator {}: its capture and propose write the draft "
+                           "model's context K/V through attention layers the stand-in model does not have)")
 NOT_REPLAYED_WITHOUT_MODEL = "not replayed (MRV2 speculator without a draft model: needs the runner's request states)"
 
 

@@ -220,7 +220,9 @@ class Session:
     def draft_model(self, scenario: Scenario, vllm_config, hidden_size: int):
         """The draft model, one per config-time class as the target's; first called by
         ``profile_run``'s proposal, where Dynamo compiles it under the mode then in force."""
-        key = (*config_key(scenario), scenario.draft_compiled, "draft", hidden_size)
+        # Per speculator: each calls its draft model with its own inputs (target hidden states,
+        # module index or none), and a compiled model keeps the graph of its first call.
+        key = (*config_key(scenario), scenario.draft_compiled, "draft", scenario.speculator, hidden_size)
         if key not in self._models:
             self._models[key] = spec_decode.draft_model(vllm_config, scenario, hidden_size)
         return self._models[key]
