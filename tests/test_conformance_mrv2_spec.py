@@ -2,7 +2,7 @@
 
 The regression traces with a drafter (``tests/traces/mrv2-*``) are replayed on each release in its
 environment: every step agrees with the model except where the model is known wrong about the
-release (``test_conformance_mrv2.KNOWN_MODEL_ERRORS``), and the replay's own observations show
+release (``test_conformance_mrv2.KNOWN_MODEL_ERRORS``, and the steps after them), and the replay's own observations show
 the release's speculator acting: the draft prefill manager capturing at ``capture_model`` and
 replaying at ``propose``, the decode manager capturing the draft decode grid, the draft model's
 PIECEWISE prefill running eagerly under a compiled target when its class is not compiled (lead L2).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from test_conformance_mrv2 import KNOWN_MODEL_ERRORS, ROOT, TIMEOUT, require
+from test_conformance_mrv2 import ROOT, TIMEOUT, after_known_errors, require
 
 pytestmark = pytest.mark.conformance
 
@@ -78,8 +78,7 @@ def test_speculator_traces_agree_with_real_vllm(tmp_path, version):
     assert data["vllm"] == version and data["not_replayed_mrv2"] == 0
     results = {t["name"]: t for t in data["traces"]}
     assert set(results) >= {L2, GRID, ADAPTIVE, MTP, STANDALONE} and all(t["status"] == "replayed" for t in results.values())
-    steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
-    unexpected = [x for x in steps if x["event"].split("(")[0] not in KNOWN_MODEL_ERRORS[version]]
+    unexpected = [x for d in data["disagreements"] for x in after_known_errors(d, version)]
     assert not unexpected, json.dumps(unexpected, indent=1)[:4000]
     assert data["steps"] >= 35
 

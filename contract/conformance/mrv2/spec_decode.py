@@ -20,12 +20,19 @@ Stand-ins, each because the real one needs what a CPU without attention layers d
   attention backend that rebuilds decode metadata eagerly, so each draft decode step is its own
   dispatch (``_multi_step_decode``) as the model steps it;
 - the Triton kernels around the forwards, which move tokens and positions between buffers and
-  decide nothing about graphs: ``prepare_prefill_inputs``, ``prepare_decode_inputs`` (0.33) /
-  ``_prepare_decode_inputs`` (0.34), ``update_draft_inputs``, and ``sample_draft`` (draft token 0);
-- ``_build_uniform_attn_metadata`` and ``block_tables.compute_slot_mappings``: no attention layer
-  reads them;
+  decide nothing about graphs (``KERNELS``): EAGLE's ``prepare_prefill_inputs``,
+  ``prepare_decode_inputs`` (0.33) / ``_prepare_decode_inputs`` (0.34), ``update_draft_inputs``;
+  multi-module MTP's input, hidden-state, slot-padding and cache kernels; standalone AR's
+  ``prepare_prefill_inputs`` keeps its Python wrapper, whose returned token count the proposal
+  dispatches, and only its launch is a stand-in; ``sample_draft`` returns draft token 0;
+- ``_build_attn_metadata``, ``_build_uniform_attn_metadata``, ``block_tables.compute_slot_mappings``
+  and standalone AR's ``expanded_slot_mappings``: no attention layer reads them;
 - the proposal's inputs (``input_batch``, the target's hidden states, sampled and rejected
   counts): the scheduler's side, written from the step's event as the target's are.
+
+A draft forward that no ``dispatch_cg_and_sync_dp`` precedes (0.33's standalone AR never
+dispatches; 0.34's does not on a profile pass) is reported with the NONE descriptor of its batch,
+the one ``dispatch_cg_and_sync_dp`` returns under ``need_eager``.
 """
 
 from __future__ import annotations
