@@ -145,7 +145,9 @@ def test_the_other_releases_model_disagrees_on_named_steps(jobs):
     assert rc == 1 and data["agreeing_steps"] < data["steps"]
     named = {(d["name"], x["step"], x["event"]) for d in data["disagreements"] for x in d.get("disagreements", [])}
     assert ("mrv2-covering-0000", 2, "profile_cudagraph_memory") in named, sorted(named)[:5]
-    assert {event for _, _, event in named} == {"profile_cudagraph_memory"}
+    # With a speculator the releases also differ in the draft managers' descriptors (0.34's draft
+    # decode request grid and varlen draft prefill), so other events may disagree there too.
+    assert "profile_cudagraph_memory" in {event for _, _, event in named}
 
 
 def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):

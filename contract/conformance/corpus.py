@@ -110,6 +110,9 @@ def cells(trace: Trace) -> set[tuple]:
     s = trace.scenario
     scenario_class = (s.breakable, s.ubatching, s.cudagraph_mode.name, s.compilation_mode.name,
                       s.splitting_ops.name, s.drafter.name, s.spec_enforce_eager, s.extensible_kv_cache)
+    if s.runner is Runner.MRV2 and s.drafter is DrafterKind.WITH_MODEL:
+        # MRV2 builds a different speculator per method, each with its own managers and steps.
+        scenario_class += (s.speculator.name,)
     resolved = None
     out: set[tuple] = set()
     for step in trace.expected_steps:

@@ -16,9 +16,9 @@ import copy
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from contract.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Scenario, SplittingOps
+from contract.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Scenario, Speculator, SplittingOps
 
 # A tiny Llama: ModelConfig reads only config.json (HF_HUB_OFFLINE=1).
 TINY_LLAMA = {
@@ -43,19 +43,86 @@ class SpeculativeStandIn:
 
     num_speculative_tokens: int
     enforce_eager: bool
-    method: str  # "eagle" (a proposer with a .model) or "ngram" (none)
+    method: str  # "eagle", "mtp", "dflash", "draft_model" (a drafter with a model) or "ngram" (none)
+    multi_module: bool = False  # MTP with one module per speculative step
+    enable_adaptive_verification: bool = False
+    # What an MRV2 speculator's own __init__ reads (v1/worker/gpu/spec_decode/speculator.py):
+    # the draft model's config (the target's tiny Llama), greedy drafting, no draft DCP.
+    draft_model_config: object = field(default=None, compare=False)
+    draft_sample_method: str = "greedy"
+    use_local_argmax_reduction: bool = False
+    draft_decode_context_parallel_size: int | None = None
 
     def use_eagle(self) -> bool:
         return self.method == "eagle"
 
     def uses_draft_model(self) -> bool:
-        return False
+        return self.method == "draft_model"
 
     def uses_extract_hidden_states(self) -> bool:
         return False
 
     def use_dflash(self) -> bool:
+        return self.method == "dflash"
+
+    def use_ngram(self) -> bool:
+        return self.method == "ngram"
+
+    def use_ngram_gpu(self) -> bool:
+        return False  # MRV1's GPU n-gram proposer (33:compilation/backends.py:1115-1118)
+
+    def use_multi_module_mtp(self) -> bool:
+        return self.multi_module
+
+    def use_gemma4_mtp(self) -> bool:
         return False
+
+    def num_mtp_modules(self) -> int:
+        return self.num_speculative_tokens
+
+    def uses_dynamic_speculative_decoding(self) -> bool:
+        return False  # num_speculative_tokens_per_batch_size unset
+
+    def compile_factors(self) -> dict:
+        """The compile cache's hash factors (``VllmConfig.compile_factors``, 0.34): the cache is off."""
+        return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+
+    def compute_hash(self) -> str:
+        """The compile cache's hash (``VllmConfig.compute_hash``, 0.33): the cache is off."""
+        return f"{self.method}-{self.num_speculative_tokens}"
+
+
+METHODS = {Speculator.EAGLE: "eagle", Speculator.MULTI_MODULE_MTP: "mtp", Speculator.DFLASH: "dflash",
+           Speculator.STANDALONE_AR: "draft_model"}
+
+
+def _draft_model_config(model_config, scenario: Scenario):
+    """The draft model's config: the target's tiny Llama; a multi-module MTP checkpoint has one
+    MTP module per speculative step (``num_nextn_predict_layers``, read by its capture,
+    ``33:v1/worker/gpu/spec_decode/multi_module_mtp/speculator.py:124``)."""
+    if scenario.speculator is not Speculator.MULTI_MODULE_MTP:
+        return model_config
+    draft = copy.copy(model_config)
+    draft.hf_config = copy.deepcopy(model_config.hf_config)
+    draft.hf_config.num_nextn_predict_layers = scenario.uniform_decode_query_len - 1
+    return draft
+
+
+def _split_for_speculator(vllm_config) -> None:
+    """0.34 splits the shared capture sizes into prefill tokens and decode requests at post-init
+    by the target's decode query lengths (``34:config/vllm.py:2381-2387,2548``), which the
+    speculative config decides; it is attached after post-init here, so the split is run again,
+    vLLM's own, from the unsplit sizes."""
+    cc = vllm_config.compilation_config
+    if not cc.cudagraph_capture_sizes:  # no CUDA graphs: post-init split nothing (34:…:2549-2553)
+        return
+    for name in ("prefill_cudagraph_capture_token_sizes", "max_prefill_cudagraph_capture_tokens",
+                 "decode_cudagraph_capture_request_sizes", "max_decode_cudagraph_capture_requests"):
+        setattr(cc, name, None)
+    cc.cudagraph_capture_sizes = sorted(CUDAGRAPH_CAPTURE_SIZES)
+    cc.max_cudagraph_capture_size = max(CUDAGRAPH_CAPTURE_SIZES)
+    q = vllm_config.uniform_decode_query_len
+    vllm_config._split_cudagraph_capture_sizes(True, vllm_config.get_decode_cudagraph_query_lens(q))
 
 
 def set_breakable(on: bool) -> None:
@@ -110,11 +177,17 @@ class ConfigCache:
         vllm_config, snapshot = built
         vllm_config.compilation_config.__dict__.update(copy.deepcopy(snapshot))
         q = scenario.uniform_decode_query_len
+        with_model = scenario.drafter is DrafterKind.WITH_MODEL
         vllm_config.speculative_config = None if scenario.drafter is DrafterKind.NONE else SpeculativeStandIn(
             num_speculative_tokens=q - 1,
             enforce_eager=scenario.spec_enforce_eager,
-            method="eagle" if scenario.drafter is DrafterKind.WITH_MODEL else "ngram",
+            method=METHODS[scenario.speculator] if with_model else "ngram",
+            multi_module=with_model and scenario.speculator is Speculator.MULTI_MODULE_MTP,
+            enable_adaptive_verification=scenario.adaptive_verification,
+            draft_model_config=_draft_model_config(vllm_config.model_config, scenario),
         )
+        if vllm_config.speculative_config is not None and hasattr(vllm_config, "_split_cudagraph_capture_sizes"):
+            _split_for_speculator(vllm_config)
         return vllm_config
 
     @staticmethod

@@ -122,7 +122,19 @@ def _varlen_sizes(release: str, capture_sizes: tuple[int, ...], q: int, target_q
     if release == "0.33":
         return [n for n in sorted(capture_sizes) if n <= MAX_NUM_SEQS * q]
     max_requests = max(split_decode_request_sizes(capture_sizes, target_q), default=0)
-    return [n for n in (1, 2, 4, 8) if n <= max_requests * q]
+    # min() with max_num_batched_tokens (34:config/vllm.py:741-747) never binds at these sizes.
+    return varlen_decode_cudagraph_capture_grid(max_requests * q)
+
+
+def varlen_decode_cudagraph_capture_grid(max_tokens: int) -> list[int]:
+    """``34:config/compilation.py:102-119``: 1, 2, 4, then four sizes per doubling from 8, every
+    size below ``max_tokens`` and ``max_tokens`` itself (so 3 and 6 are captured at q = 3)."""
+    grid = {1, 2, 4, 8}
+    low = 8
+    while low < 1024:
+        grid.update(range(low + low // 4, 2 * low + 1, low // 4))
+        low *= 2
+    return sorted({n for n in grid if n < max_tokens} | {max_tokens}) if max_tokens else []
 
 
 def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[int, ...], q: int, *,

@@ -408,7 +408,7 @@ def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Eve
             st.set(compiled_target=False, compiled_drafter=False)
         st.eager("target", BED(NONE, PROFILE_NUM_TOKENS, MAX_NUM_SEQS))
         if has_drafter:
-            st.eager("drafter", BED(NONE, PROFILE_NUM_TOKENS, MAX_NUM_SEQS))
+            spec_decode.profile(st, scenario, policy.release, PROFILE_NUM_TOKENS)
     elif isinstance(event, ProfileCudagraphMemory) and skips_profiling(scenario, policy):
         st.set("extensible KV cache: profiling returns 0, nothing captured or resolved", memory_profiled=True)
         extra["cudagraph_mode"] = st.state.cudagraph_mode

@@ -94,20 +94,53 @@ class TinyModel(torch.nn.Module):
         return torch.ops.simcg.compute(out, self.weight) * 2
 
 
-_COMPILED_CLASS = None
+class TinyDraftModel(torch.nn.Module):
+    """A draft model class without ``@support_torch_compile`` (``draft_compiled`` false), called
+    as the speculators' ``_run_model`` calls ``self.model``: ``input_ids``, ``positions``,
+    ``hidden_states`` (the target's, of the draft config's hidden size), ``inputs_embeds``
+    (``v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py``), and ``spec_step_idx`` (the
+    module of a multi-module MTP step, ``…/multi_module_mtp/speculator.py``). Same pieces as ``TinyModel``."""
+
+    def __init__(self, *, vllm_config, prefix: str = "", hidden_size: int = HIDDEN_SIZE) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.eye(hidden_size) * 0.5, requires_grad=False)
+        self.embed = torch.nn.Embedding(VOCAB_SIZE, hidden_size)
+        max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+        self.register_buffer("attn_output", torch.zeros(max_tokens, hidden_size), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor | None = None,
+                inputs_embeds=None, spec_step_idx: int = 0) -> torch.Tensor:
+        # A standalone draft model reads its own tokens only (no target hidden states).
+        x = self.embed(input_ids) if hidden_states is None else hidden_states
+        h = torch.ops.simcg.compute(x, self.weight)
+        out = self.attn_output[: h.shape[0]]
+        torch.ops.simcg.attention(h, out)
+        return torch.ops.simcg.compute(out, self.weight) * 2
 
 
-def compiled_class():
-    """``TinyModel`` under vLLM's ``@support_torch_compile`` (decorated once per process)."""
-    global _COMPILED_CLASS
-    if _COMPILED_CLASS is None:
+_COMPILED_CLASSES: dict[str, type] = {}
+
+
+def compiled_class(draft: bool = False):
+    """``TinyModel`` (or ``TinyDraftModel``) under vLLM's ``@support_torch_compile`` (decorated
+    once per process)."""
+    name = "draft" if draft else "model"
+    if name not in _COMPILED_CLASSES:
         from vllm.compilation.decorators import support_torch_compile
 
-        class TinyCompiledModel(TinyModel):
-            pass
+        if draft:
+            class TinyCompiledDraftModel(TinyDraftModel):
+                pass
 
-        _COMPILED_CLASS = support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": 0})(TinyCompiledModel)
-    return _COMPILED_CLASS
+            dims = {"input_ids": 0, "positions": 0, "hidden_states": 0}
+            _COMPILED_CLASSES[name] = support_torch_compile(dynamic_arg_dims=dims)(TinyCompiledDraftModel)
+        else:
+            class TinyCompiledModel(TinyModel):
+                pass
+
+            dims = {"input_ids": 0, "positions": 0}
+            _COMPILED_CLASSES[name] = support_torch_compile(dynamic_arg_dims=dims)(TinyCompiledModel)
+    return _COMPILED_CLASSES[name]
 
 
 def build(vllm_config, decorated: bool = True, prefix: str = "model"):
@@ -116,3 +149,11 @@ def build(vllm_config, decorated: bool = True, prefix: str = "model"):
     cls = compiled_class() if decorated else TinyModel
     with set_current_vllm_config(vllm_config):
         return cls(vllm_config=vllm_config, prefix=prefix)
+
+
+def build_draft(vllm_config, hidden_size: int, decorated: bool = True, prefix: str = "draft_model"):
+    from vllm.config import set_current_vllm_config
+
+    cls = compiled_class(draft=True) if decorated else TinyDraftModel
+    with set_current_vllm_config(vllm_config):
+        return cls(vllm_config=vllm_config, prefix=prefix, hidden_size=hidden_size)

@@ -1,9 +1,10 @@
 """One Model Runner V2 conformance run: start vLLM's MRV2 code, replay the corpus, collect results.
 
-The generated corpus is every MRV2 scenario without a speculator (``scenario.all_scenarios(Runner.MRV2)``,
-with ``model_compiled`` both ways, and ``extensible_kv_cache`` both ways for a release that reads it)
-under the MRV1 corpus's event script, as far as the model's runner takes it; ``covering`` keeps one
-trace per new observation cell (``corpus.select``).
+The generated corpus is every MRV2 scenario without a speculator or with a replayed one
+(``scenario.all_scenarios(Runner.MRV2)``, with ``model_compiled`` and ``draft_compiled`` both ways, and
+``extensible_kv_cache`` both ways for a release that reads it) under the MRV1 corpus's event script,
+as far as the model's runner takes it; ``covering`` keeps one trace per new observation cell
+(``corpus.select``).
 """
 
 from __future__ import annotations
@@ -17,26 +18,46 @@ from contract.conformance.compare import TraceResult, compare, predict
 from contract.conformance.conform import ReplayProblem, _first_line
 from contract.conformance.report import ConformanceRun, finding
 from contract.policy import Policy
-from contract.scenario import DrafterKind, Runner, all_scenarios
+from contract.scenario import DrafterKind, Runner, Speculator, all_scenarios
 from contract.trace import Trace, TraceError, record
 
-NOT_REPLAYED_SPECULATOR = "not replayed (MRV2 speculator)"
+# The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
+# (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
+# from the runner's request states, which the stand-in runner does not keep.
+# The DFlash family's capture and propose store the target's hidden states as the draft model's
+# context K/V through its attention layers and build DFlash-specific attention metadata
+# (34:v1/worker/gpu/spec_decode/dflash/speculator.py:166-186,266-334,399-445), which a draft
+# model without attention layers cannot stand in for.
+NOT_REPLAYED_SPECULATOR = ("not replayed (MRV2 speculator {}: its capture and propose write the draft "
+                           "model's context K/V through attention layers the stand-in model does not have)")
+NOT_REPLAYED_WITHOUT_MODEL = "not replayed (MRV2 speculator without a draft model: needs the runner's request states)"
+
+
+# Speculators the replay builds from the installed release (contract/conformance/mrv2/spec_decode.py).
+REPLAYED_SPECULATORS = frozenset({Speculator.EAGLE, Speculator.MULTI_MODULE_MTP, Speculator.STANDALONE_AR})
 
 
 def scenarios(policy: Policy) -> Iterator:
-    """MRV2 scenarios without a speculator (the replay drives no speculator yet), each with a
-    compiled-class model and with an undecorated one (``model_compiled``); under a release whose
-    memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
-    ``profile_cudagraph_memory`` captures."""
-    for s in all_scenarios(Runner.MRV2):
-        if s.drafter is DrafterKind.NONE:
-            yield s
-            yield replace(s, model_compiled=False)
-    if getattr(policy, "extensible_kv_cache_skips_profiling", False):
+    """MRV2 scenarios, each with a compiled-class model and with an undecorated one
+    (``model_compiled``); with a replayed speculator, each with a compiled and an uncompiled draft
+    class (``draft_compiled``, lead L2) and with and without adaptive verification; under a release
+    whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
+    ``profile_cudagraph_memory`` captures. ``spec_enforce_eager`` is left at False: MRV2 never reads it."""
+    kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
+    for extensible in kv_cache:
         for s in all_scenarios(Runner.MRV2):
+            s = replace(s, extensible_kv_cache=extensible)
             if s.drafter is DrafterKind.NONE:
-                yield replace(s, extensible_kv_cache=False)
-                yield replace(s, model_compiled=False, extensible_kv_cache=False)
+                yield s
+                yield replace(s, model_compiled=False)
+            elif s.drafter is DrafterKind.WITH_MODEL and not s.spec_enforce_eager:
+                for speculator in sorted(REPLAYED_SPECULATORS, key=lambda v: v.name):
+                    for draft_compiled, adaptive in ((True, False), (False, False), (True, True)):
+                        try:
+                            yield replace(s, speculator=speculator, draft_compiled=draft_compiled,
+                                          adaptive_verification=adaptive)
+                        except ValueError:
+                            continue
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
@@ -49,9 +70,6 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
     replayable = []
     for trace, source in files:
         if trace.scenario.runner is not Runner.MRV2:
-            replayable.append((trace, source))
-            continue
-        if trace.scenario.drafter is not DrafterKind.NONE:
             replayable.append((trace, source))
             continue
         try:
@@ -104,8 +122,12 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
 def _compare(session, trace: Trace, policy: Policy, source: str):
     from contract.conformance.mrv2.replay import CannotBuild
 
-    if trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is not DrafterKind.NONE:
-        return TraceResult(trace.name or source, source, trace.policy, NOT_REPLAYED_SPECULATOR)
+    if trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is DrafterKind.WITHOUT_MODEL:
+        return TraceResult(trace.name or source, source, trace.policy, NOT_REPLAYED_WITHOUT_MODEL)
+    if (trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is DrafterKind.WITH_MODEL
+            and trace.scenario.speculator not in REPLAYED_SPECULATORS):
+        return TraceResult(trace.name or source, source, trace.policy,
+                           NOT_REPLAYED_SPECULATOR.format(trace.scenario.speculator.name))
     try:
         return compare(session, trace, policy, source, Runner.MRV2)
     except (CannotBuild, TraceError) as exc:

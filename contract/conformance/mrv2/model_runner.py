@@ -113,6 +113,11 @@ class _BlockTables:
     def get_dummy_slot_mappings(self, num_tokens):
         return torch.zeros((0, num_tokens), dtype=torch.int64)
 
+    num_kv_cache_groups = 0
+
+    def compute_slot_mappings(self, idx_mapping, query_start_loc, positions, num_tokens, out=None):
+        return torch.zeros((0, num_tokens), dtype=torch.int64)  # the draft decode steps' (no KV groups)
+
 
 class _KVConnector:
     def pre_forward(self, *args, **kwargs):
@@ -190,7 +195,7 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         use_aux_hidden_state_outputs=False,
         kv_connector=_KVConnector(),
         eplb=types.SimpleNamespace(suppress=contextlib.nullcontext),  # expert load balancing: no MoE
-        _draft_workspace_lane=None,
+        _draft_workspace_lane=0,  # int(uses a separate lane): DSpark only (33:…:210-212, 34:…:217-220)
         use_pp=False,
         req_states=None,  # scheduled_batch's
     )

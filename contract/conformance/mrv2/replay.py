@@ -33,7 +33,8 @@ import types
 from dataclasses import dataclass, field
 
 from contract.conformance import decisions, device, errors, observe, platform
-from contract.conformance.mrv2 import backends, cudagraph_utils, decision_points, model_runner
+from contract.conformance.mrv2 import backends, cudagraph_utils, decision_points, model_runner, spec_decode
+from contract.conformance.mrv2.conform import NOT_REPLAYED_WITHOUT_MODEL
 from contract.conformance.observe import Call, Recorder
 from contract.conformance.vllm_config import ConfigCache, config_key
 from contract.events import Event, event_to_json
@@ -56,6 +57,7 @@ MODULES = (
     "vllm.v1.worker.gpu.model_runner",
 )
 MANAGER = "CudaGraphManager"
+DRAFT_LABEL = "drafter.model"  # the raw draft model, as the model names it
 BREAKABLE_RUNNER = "breakable_cg_runner"
 
 
@@ -74,10 +76,14 @@ class ManagerRecorder(Recorder):
     or ``run_fullgraph``), when that object is a labelled manager."""
 
     managers: dict[int, object] = field(default_factory=dict)  # id -> a labelled CudaGraphManager
+    models: dict[int, str] = field(default_factory=dict)  # id(raw model) -> role
 
-    def manager(self, manager: object, role: str) -> None:
+    def manager(self, manager: object, role: str, label: str | None = None) -> None:
         self.managers[id(manager)] = manager
-        self.label(manager, f"{role}:{MANAGER}", MANAGER)
+        self.label(manager, label or f"{role}:{MANAGER}", MANAGER)
+
+    def role_of(self, manager: object) -> str:
+        return self.labels[id(manager)][0].split(":")[0]
 
     def enter(self, wrapper: object) -> Call:
         """Capturers built while a step runs (the compiled pieces' wrappers at the first forward,
@@ -100,7 +106,7 @@ class ManagerRecorder(Recorder):
                     role = self.labels[id(manager)][0].split(":")[0]
                     return f"{role}:{BREAKABLE_RUNNER}", "BreakableCUDAGraphWrapper"
         if isinstance(wrapper, CUDAGraphWrapper) and wrapper.runtime_mode.name == "PIECEWISE":
-            return f"target:{observe.COMPILED}", observe.COMPILED
+            return f"{_stack_model_role(self.models)}:{observe.COMPILED}", observe.COMPILED
         return None
 
     def graph_event(self, kind, graph) -> None:
@@ -116,6 +122,17 @@ class ManagerRecorder(Recorder):
                 finally:
                     self.active.pop()
         return super().graph_event(kind, graph)
+
+
+def _stack_model_role(models: dict[int, str]) -> str:
+    """Whose compiled pieces a wrapper belongs to: the raw model whose forward is on the stack."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and id(owner) in models:
+            return models[id(owner)]
+        frame = frame.f_back
+    return "target"
 
 
 def _stack_owner(labels: dict) -> object | None:
@@ -198,6 +215,7 @@ class Session:
         SimCuda.reset()
         self.recorder.labels.clear()
         self.recorder.managers.clear()
+        self.recorder.models.clear()
         self.decisions.start_trace()
 
     def model(self, scenario: Scenario, vllm_config):
@@ -207,6 +225,16 @@ class Session:
         key = (*config_key(scenario), scenario.model_compiled)
         if key not in self._models:
             self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled).to(self.torch_device)
+        return self._models[key]
+
+    def draft_model(self, scenario: Scenario, vllm_config, hidden_size: int):
+        """The draft model, one per config-time class as the target's; first called by
+        ``profile_run``'s proposal, where Dynamo compiles it under the mode then in force."""
+        # Per speculator: each calls its draft model with its own inputs (target hidden states,
+        # module index or none), and a compiled model keeps the graph of its first call.
+        key = (*config_key(scenario), scenario.draft_compiled, "draft", scenario.speculator, hidden_size)
+        if key not in self._models:
+            self._models[key] = spec_decode.draft_model(vllm_config, scenario, hidden_size).to(self.torch_device)
         return self._models[key]
 
     def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
@@ -230,8 +258,8 @@ class RealRun:
     def __init__(self, session: Session, scenario: Scenario) -> None:
         self.session, self.scenario = session, scenario
         self.recorder = session.recorder
-        if scenario.drafter is not DrafterKind.NONE:
-            raise CannotBuild("speculators are not replayed yet")
+        if scenario.drafter is DrafterKind.WITHOUT_MODEL:
+            raise CannotBuild(NOT_REPLAYED_WITHOUT_MODEL)
         try:
             vllm_config = session.configs.get(scenario)
             # Built by vLLM's __post_init__ once per config key: the path's start-up entry.
@@ -239,6 +267,7 @@ class RealRun:
             session.decisions.close_step(decisions.CONFIG_STEP)
             backends.configure(vllm_config)
             self.model = session.model(scenario, vllm_config)
+            speculator = spec_decode.build(vllm_config, scenario, session.torch_device)
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal, one line
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
         self.vllm_config = vllm_config
@@ -246,6 +275,26 @@ class RealRun:
             session.gpu_model_runner, vllm_config, self.model, session.torch_device
         )
         self.runner.initialize_kv_cache = self.initialize_kv_cache
+        self.recorder.models[id(self.model)] = "target"
+        self.speculator: spec_decode.Observed | None = None
+        if speculator is not None:
+            draft = session.draft_model(scenario, vllm_config, speculator.hidden_size)
+            self.recorder.models[id(draft)] = "drafter"
+            self.speculator = spec_decode.Observed(speculator, self.runner, draft, self.draft_forward,
+                                                   self.capture_step)
+            self.runner.speculator = speculator
+        if scenario.adaptive_verification:
+            # maybe_create_adaptive_verification_manager's manager (34:…/model_runner.py:738-751): the
+            # blocks read only whether it exists. Its cost profiling after capture (dummy runs of
+            # captured sizes, 33:…/model_runner.py:1140-1146, 34:…:1195-1199) is not run: it
+            # replays graphs already captured and decides none.
+            import contextlib
+
+            self.runner.adaptive_verification = types.SimpleNamespace(
+                batches_to_profile=lambda *a, **k: [], set_initial_cost_curves=lambda *a, **k: None)
+            self.runner.step_timing = types.SimpleNamespace(collect=lambda: contextlib.nullcontext({}))
+            self.runner.profile_adaptive_verification = lambda *a, **k: None
+        self.draft_context: str | None = None
         self.step: dict = {}
         self.capture_phase = False
         self.context = "capture_model"
@@ -254,13 +303,33 @@ class RealRun:
 
     # -- observation --------------------------------------------------------------------------
 
-    def start(self, context: str, mode_name: str, descriptor: dict) -> None:
+    def start(self, context: str, mode_name: str, descriptor: dict, role: str = "target") -> None:
         self.finish()
         self.recorder.start(mode_name)
         if self.session.device == "cuda":
             device.open_dispatch()
-        self._open = {"role": "target", "context": context, "runtime_mode": mode_name,
+        self._open = {"role": role, "context": context, "runtime_mode": mode_name,
                       "batch_descriptor": descriptor}
+
+    def draft_forward(self, which: str, mode_name: str, desc, step_idx: int | None) -> None:
+        """A draft prefill or decode step about to run under its manager's descriptor."""
+        context = self.draft_context or (spec_decode.PREFILL_CONTEXT if which == "prefill"
+                                         else spec_decode.DECODE_CONTEXT)
+        self.start(context, mode_name, _descriptor(desc), role="drafter")
+        if step_idx is not None:
+            self._open["spec_step_idx"] = step_idx
+
+    def capture_step(self, step_idx: int) -> None:
+        """A multi-module MTP PIECEWISE capture run forwards once per module: one dispatch each,
+        as the model steps it."""
+        open_ = self._open
+        if open_ is None:
+            return
+        if "spec_step_idx" not in open_ and not self.recorder.calls and not self.recorder.ran_eager:
+            open_["spec_step_idx"] = step_idx
+            return
+        self.start(open_["context"], open_["runtime_mode"], open_["batch_descriptor"], open_["role"])
+        self._open["spec_step_idx"] = step_idx
 
     def finish(self, error: str | None = None, keep: bool = True) -> None:
         open_ = self._open
@@ -283,13 +352,14 @@ class RealRun:
         if kind == "done":
             self._finish_capture()
             return
+        role = self.recorder.role_of(manager) if id(manager) in self.recorder.labels else "target"
         if kind == "warmup":
             self._finish_capture()
-            self.start(self.context, "NONE", _descriptor(desc, warmup=True))
+            self.start(self.context, "NONE", _descriptor(desc, warmup=True), role)
             self._capture = {"desc": desc, "warmup": True}
         elif self._capture is None or self._capture["desc"] is not desc or self._capture["warmup"]:
             self._finish_capture()
-            self.start(self.context, desc.cg_mode.name, _descriptor(desc))
+            self.start(self.context, desc.cg_mode.name, _descriptor(desc), role)
             self._capture = {"desc": desc, "warmup": False}
 
     def _finish_capture(self) -> None:
@@ -324,11 +394,28 @@ class RealRun:
         got = self.session.gpu_model_runner.GPUModelRunner.get_model(self.runner)
         self.step["stacks"] = {"target": label if self.runner.model is model else type(self.runner.model).__name__}
         self.step["unwrap"] = {"target": label if got is model else type(got).__name__}
+        if self.speculator is not None:
+            # DraftModelSpeculator.load_model assigns the draft model unwrapped; get_draft_model
+            # returns it (34:…/model_runner.py:592-596).
+            draft = self.speculator.speculator.model
+            got = self.session.gpu_model_runner.GPUModelRunner.get_draft_model(self.runner)
+            self.step["stacks"]["drafter"] = DRAFT_LABEL
+            self.step["unwrap"]["drafter"] = DRAFT_LABEL if got is draft else type(got).__name__
 
     def on_profile_run(self, event) -> None:
         """``profile_run`` → ``_dummy_run(is_profile=True)`` → ``execute_model``: dispatch with
         ``need_eager``, then the model's first forward, where Dynamo compiles."""
         self.execute(PROFILE_NUM_TOKENS, self.runner.max_num_reqs, None, None, is_profile=True, context="profile_run")
+        if self.speculator is not None:
+            # _dummy_run then proposes on the dummy batch with is_profile (34:…/model_runner.py:993-1027):
+            # the draft model's first forward, where Dynamo compiles it.
+            self.draft_context = "profile_run"
+            try:
+                reqs = self.runner.max_num_reqs
+                self.propose(PROFILE_NUM_TOKENS, reqs, PROFILE_NUM_TOKENS, [PROFILE_NUM_TOKENS // reqs] * reqs,
+                             False, is_profile=True)
+            finally:
+                self.draft_context = None
 
     def initialize_kv_cache(self, kv_cache_config=None, is_profiling: bool = False) -> None:
         """``initialize_kv_cache``'s block: adaptive verification, resolve, ``ModelCudaGraphManager``,
@@ -346,6 +433,9 @@ class RealRun:
         except ValueError as exc:
             raise Halt(errors.resolve_rejected(exc)) from exc
         self.recorder.manager(self.runner.cudagraph_manager, "target")
+        if self.speculator is not None:
+            for which, manager in self.speculator.managers_built():
+                self.recorder.manager(manager, "drafter", f"drafter:{MANAGER}({which})")
 
     def on_profile_cudagraph_memory(self, event) -> None:
         """``profile_cudagraph_memory`` (``34:…/cudagraph_utils.py:988-1095``), vLLM's own, on the
@@ -365,10 +455,49 @@ class RealRun:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
 
     def on_resolve(self, event) -> None:
+        """An assertion stops the engine inside the step (adaptive verification's
+        ``assert cudagraph_mode.has_full_cudagraphs()``, ``33:…/spec_decode/adaptive_verification.py:36-43``):
+        the step then reports no resolved mode, as the model's does."""
         try:
             self.initialize_kv_cache()
-        finally:
+        except AssertionError:
+            raise
+        except BaseException:
             self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+            raise
+        self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+        if self.speculator is not None:
+            manager = self.speculator.prefill_manager()
+            if manager is not None:
+                self.step["drafter_cudagraph_mode"] = manager.cudagraph_mode.name
+
+    def on_propose(self, event) -> None:
+        """``speculator.propose`` after a target batch of the event's tokens: the draft prefill on
+        the target's padded token count (``max(num_tokens, batch_desc.num_tokens)``, the target's
+        real dispatch), then the draft decode steps."""
+        q = self.runner.decode_query_len
+        n = event.num_tokens
+        if event.uniform_decode:
+            num_reqs, utc, mql, scheduled = n // q, q, q, [q] * (n // q)
+        else:
+            num_reqs = min(n, self.runner.max_num_reqs)
+            utc, mql, scheduled = None, q + 1, [q + 1] + [1] * (num_reqs - 1)
+        out = self.session.blocks.dispatch(
+            self.runner, num_reqs=num_reqs, num_toks=n, uniform_tok_count=utc, max_query_len=mql,
+            is_profile=False, skip_compiled=False, num_active_loras=0, skip_attn_for_dummy_run=False,
+            scheduler_output=types.SimpleNamespace(skip_drafts=False),
+        )
+        padded = max(n, out["batch_desc"].num_tokens)
+        self.propose(n, num_reqs, padded, scheduled, event.uniform_decode, is_profile=False)
+
+    def propose(self, num_tokens: int, num_reqs: int, padded: int, scheduled: list[int], eligible: bool, *,
+                is_profile: bool) -> None:
+        try:
+            self.speculator.propose(num_reqs, num_tokens, padded, scheduled, eligible, is_profile)
+        except AssertionError:
+            raise
+        except Exception as exc:
+            raise Halt(errors.normalise(exc)) from exc
 
     def on_capture_model(self, event) -> None:
         """``capture_model``, vLLM's whole method on the stand-in runner."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from contract.modes import FULL, FULL_DECODE_ONLY, NONE, AttentionCGSupport, CUDAGraphMode
 from contract.mrv2 import cudagraph_utils as cgu
-from contract.mrv2.cudagraph_utils import CudaGraphManager
+from contract.mrv2.cudagraph_utils import BED, CudaGraphManager
 from contract.scenario import MAX_NUM_SEQS, Scenario, Speculator
 
 PREFILL = "drafter:CudaGraphManager(prefill)"
@@ -53,10 +53,10 @@ def init_cudagraph_manager(scenario: Scenario, policy, target_mode: CUDAGraphMod
     (``33:v1/worker/gpu/model_runner.py:789-792``, ``34:…:826-829``)."""
     release, q = policy.release, scenario.uniform_decode_query_len
 
-    def manager(layer, mode, query_len, *, decode_request_sizes=None):
+    def manager(layer, mode, query_len, *, decode_request_sizes=None, varlen_decode=False):
         return cgu.build(layer, release, mode, capture_sizes, query_len, target_q=q,
                          use_breakable_cg=policy.use_breakable_cg(scenario.breakable, mode),
-                         decode_request_sizes=decode_request_sizes)
+                         decode_request_sizes=decode_request_sizes, varlen_decode=varlen_decode)
 
     spec = scenario.speculator
     if spec is Speculator.STANDALONE_AR and release == "0.33":
@@ -64,7 +64,12 @@ def init_cudagraph_manager(scenario: Scenario, policy, target_mode: CUDAGraphMod
     if spec in (Speculator.EAGLE, Speculator.STANDALONE_AR):
         # 33:…/target_dependent_ar/speculator.py:89-107; 34:…/target_dependent_ar/speculator.py:42-53,
         # 34:…/standalone_ar/speculator.py:62-73 and 34:…/autoregressive/speculator.py:36-52.
-        prefill = manager(PREFILL, target_mode, prefill_query_len(scenario, release))
+        # 0.34's draft prefill shares the target's padded attention metadata, so it takes the
+        # target's varlen decode descriptors under adaptive verification
+        # (34:…/target_dependent_ar/speculator.py:42-52, 34:…/standalone_ar/speculator.py:62-72);
+        # 0.33's has none (33:…/target_dependent_ar/speculator.py:89-96).
+        varlen = scenario.adaptive_verification and release == "0.34"
+        prefill = manager(PREFILL, target_mode, prefill_query_len(scenario, release), varlen_decode=varlen)
         decode = manager(DECODE, policy.draft_decode_mode(target_mode), 1,
                          decode_request_sizes=draft_decode_request_sizes(scenario, release))
         return SpeculatorManagers(prefill, decode)
@@ -97,6 +102,23 @@ def capture(run, scenario: Scenario, managers: SpeculatorManagers) -> None:
         run.capture_manager("decode", (None,))
 
 
+def profile(run, scenario: Scenario, release: str, num_tokens: int) -> None:
+    """``_dummy_run(is_profile=True)``'s ``speculator.propose`` (``33:…/model_runner.py:947-986``,
+    ``34:…:993-1027``): ``need_eager`` makes every dispatch NONE; the draft prefill over the dummy
+    batch, then, for the autoregressive speculators, one one-token decode step per further draft
+    token over its requests (``33:…/target_dependent_ar/speculator.py:306-366``,
+    ``34:…/autoregressive/speculator.py:167-274``)."""
+    if scenario.speculator is Speculator.MULTI_MODULE_MTP:
+        # _generate_drafts runs every module on the batch (33:…/multi_module_mtp/speculator.py:398-480)
+        for step_idx in range(num_speculative_steps(scenario)):
+            run.eager("drafter", BED(NONE, num_tokens, MAX_NUM_SEQS), step_idx)
+        return
+    run.eager("drafter", BED(NONE, num_tokens, MAX_NUM_SEQS))
+    if scenario.speculator in (Speculator.EAGLE, Speculator.STANDALONE_AR):
+        for _ in range(num_speculative_steps(scenario) - 1):
+            run.eager("drafter", BED(NONE, MAX_NUM_SEQS, MAX_NUM_SEQS))
+
+
 def propose(run, scenario: Scenario, release: str, num_tokens: int, uniform: bool) -> None:
     """``speculator.propose`` after a target batch of ``num_tokens`` (``uniform``: every request has
     ``uniform_decode_query_len`` tokens): the prefill dispatch with the target's padded token count
@@ -110,9 +132,12 @@ def propose(run, scenario: Scenario, release: str, num_tokens: int, uniform: boo
         return
     steps = (None,)
     tokens = run.target_num_tokens_after_padding(num_tokens, uniform)
-    if spec is Speculator.STANDALONE_AR and release == "0.34":
-        # the expanded prefill adds a correction token to each request (34:…/standalone_ar/speculator.py:62-73)
-        tokens = num_reqs * (q + 1) if uniform else tokens + num_reqs
+    if spec is Speculator.STANDALONE_AR:
+        # the expanded prefill adds a correction token to each request of the target's batch
+        # before padding: prepare_prefill_inputs returns src_tokens + num_reqs
+        # (33:…/standalone_ar/speculator.py:500-543, 34:…:541-583), run as is (0.33, no manager)
+        # or dispatched as is (34:…:389-398)
+        tokens = num_tokens + num_reqs
         utc, max_query_len = (q + 1, q + 1) if uniform else (None, q + 2)
     elif spec is Speculator.MULTI_MODULE_MTP:
         steps = tuple(range(num_speculative_steps(scenario)))  # one module per step, one manager
