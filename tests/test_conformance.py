@@ -18,32 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from vllm_envs import run_env, shared_jobs, venv_python
+
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("0.30.0", "0.29.0", "0.33.0")
 CORPUS = {"0.33.0": "covering"}  # the others: full
 TIMEOUT = 600
 
 pytestmark = pytest.mark.conformance
-
-
-def venv_python(version: str) -> Path | None:
-    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
-    return python if python.exists() else None
-
-
-def require(version: str) -> Path:
-    python = venv_python(version)
-    if python is None:
-        message = (f".venv-vllm-{version} is missing: make it with "
-                   f"conformance-env/make-env.sh {version} .venv-vllm-{version}")
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
-
-
-def env(**extra: str) -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR", **extra}
 
 
 # In one vLLM process: traces replay the same in any order; an MRV2 trace is not replayed; and a
@@ -138,45 +120,8 @@ def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    """The module's subprocesses. Run alone, pytest starts them all at once (one core each while
-    they last); under pytest-xdist each job runs once for all workers, under a file lock in the
-    workers' shared temporary folder, when a test first needs it."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    shared = tmp_path_factory.getbasetemp()
-    shared = (shared.parent if worker else shared) / "conformance-jobs"
-    shared.mkdir(parents=True, exist_ok=True)
-    started: dict[tuple[str, str], subprocess.Popen] = {}
-
-    def start(name: str, version: str) -> subprocess.Popen:
-        python = venv_python(version)
-        argv = commands(version, python, shared / f"reports-{version}")[name]
-        return subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    if not worker:
-        for version in VERSIONS:
-            if venv_python(version) is not None:
-                for name in commands(version, Path(), Path()):
-                    started[(name, version)] = start(name, version)
-
-    def result(name: str, version: str):
-        import fcntl
-
-        require(version)
-        done = shared / f"{name}-{version}.json"
-        with open(shared / f"{name}-{version}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not done.exists():
-                proc = started.pop((name, version), None) or start(name, version)
-                out, err = proc.communicate(timeout=TIMEOUT)
-                done.write_text(json.dumps([proc.returncode, out, err]))
-        rc, out, err = json.loads(done.read_text())
-        return rc, out, err, shared / f"reports-{version}"
-
-    yield result
-    for proc in started.values():
-        if proc.poll() is None:
-            proc.kill()
+    """The module's conform jobs, started together and shared (``vllm_envs.shared_jobs``)."""
+    yield from shared_jobs(tmp_path_factory, "conformance-jobs", VERSIONS, commands, TIMEOUT)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -247,7 +192,7 @@ def test_quiet_on_a_release_that_leaves_logging_unconfigured(tmp_path):
     python = venv_python("0.33.0")
     if python is None:
         pytest.skip(".venv-vllm-0.33.0 is missing: make it with conformance-env/make-env.sh 0.33.0 .venv-vllm-0.33.0")
-    environment = {k: v for k, v in env().items() if k != "VLLM_LOGGING_LEVEL"}
+    environment = {k: v for k, v in run_env().items() if k != "VLLM_LOGGING_LEVEL"}
     proc = subprocess.run([str(python), "-m", "contract.cli", "conform", "--corpus", "none", "--reports",
                            str(tmp_path)], cwd=ROOT, env=environment, text=True, capture_output=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-2000:]

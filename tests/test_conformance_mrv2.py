@@ -15,28 +15,13 @@ from pathlib import Path
 import pytest
 
 from contract.conformance.installed import policy_for
+from vllm_envs import require_python, run_env, shared_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("0.34.0", "0.33.0")
 TIMEOUT = 900
 
 pytestmark = pytest.mark.conformance
-
-
-def venv_python(version: str) -> Path | None:
-    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
-    return python if python.exists() else None
-
-
-def require(version: str) -> Path:
-    python = venv_python(version)
-    if python is None:
-        message = (f".venv-vllm-{version} is missing: make it with "
-                   f"conformance-env/make-env.sh {version} .venv-vllm-{version}")
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
 
 
 def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
@@ -51,49 +36,13 @@ def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    """Run alone, pytest starts every job at once; under pytest-xdist each job runs once for all
-    workers, under a file lock in the workers' shared temporary folder."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    shared = tmp_path_factory.getbasetemp()
-    shared = (shared.parent if worker else shared) / "conformance-mrv2-jobs"
-    shared.mkdir(parents=True, exist_ok=True)
-    started: dict[tuple[str, str], subprocess.Popen] = {}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"}
-
-    def start(name: str, version: str) -> subprocess.Popen:
-        argv = commands(version, venv_python(version), shared / f"reports-{version}")[name]
-        return subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    if not worker:
-        for version in VERSIONS:
-            if venv_python(version) is not None:
-                for name in commands(version, Path(), Path()):
-                    started[(name, version)] = start(name, version)
-
-    def result(name: str, version: str):
-        import fcntl
-
-        require(version)
-        done = shared / f"{name}-{version}.json"
-        with open(shared / f"{name}-{version}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not done.exists():
-                proc = started.pop((name, version), None) or start(name, version)
-                out, err = proc.communicate(timeout=TIMEOUT)
-                done.write_text(json.dumps([proc.returncode, out, err]))
-        rc, out, err = json.loads(done.read_text())
-        return rc, out, err
-
-    yield result
-    for proc in started.values():
-        if proc.poll() is None:
-            proc.kill()
+    """The module's conform jobs, started together and shared (``vllm_envs.shared_jobs``)."""
+    yield from shared_jobs(tmp_path_factory, "conformance-mrv2-jobs", VERSIONS, commands, TIMEOUT)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
-    rc, out, err = jobs("conform", version)
+    rc, out, err, _ = jobs("conform", version)
     assert out.strip(), err[-2000:]
     data = json.loads(out)
     assert data["vllm"] == version
@@ -114,7 +63,7 @@ def test_mrv2_decision_points_are_vllms_but_the_scheduled_batch(jobs, version):
     code makes at least 90% of the step × point pairs."""
     from contract.conformance.decisions import MRV2_BATCH, VLLM
 
-    rc, out, err = jobs("conform", version)
+    rc, out, err, _ = jobs("conform", version)
     assert out.strip(), err[-2000:]
     report = json.loads(Path(json.loads(out)["report"]).with_suffix(".json").read_text())
     dp = report["decision_points"]
@@ -138,7 +87,7 @@ def test_the_other_releases_model_disagrees_on_named_steps(jobs):
     0.34.0 returns first under its extensible KV cache (``34:…:1123-1125``), on by default
     (``34:config/vllm.py:3252-3254``). Without a speculator the two releases' managers dispatch
     alike, so only the memory-profiling steps disagree."""
-    rc, out, err = jobs("control", "0.34.0")
+    rc, out, err, _ = jobs("control", "0.34.0")
     assert out.strip(), err[-2000:]
     data = json.loads(out)
     assert data["policy"] == "mrv2_0_33"
@@ -160,7 +109,7 @@ def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
     from contract.output import write_atomic
     from contract.trace import record
 
-    python = require("0.34.0")
+    python = require_python("0.34.0")
     policy = load_policy(policy_for("0.34.0", "mrv2"))
     events = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel(), ExecuteModel(3)]
     folder, profiled = tmp_path / "traces", {}
@@ -171,7 +120,7 @@ def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
     assert profiled["default"] == 0 and profiled["off"] > 0, profiled
     proc = subprocess.run([str(python), "-m", "contract.cli", "conform", "--runner", "mrv2", "--traces", str(folder),
                            "--reports", str(tmp_path / "reports"), "--json"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"})
+                          timeout=TIMEOUT, env=run_env())
     assert proc.stdout.strip(), proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert data["vllm"] == "0.34.0" and data["steps"] == 2 * len(events), data
@@ -186,7 +135,7 @@ PIECEWISE_CHECK = "\n            and self.cudagraph_mode.has_piecewise_cudagraph
 
 def edited_tree(tmp_path: Path, old: str, new: str) -> Path:
     """A symlinked copy of the installed 0.34.0 ``vllm/`` whose ``cudagraph_utils.py`` is edited."""
-    require("0.34.0")
+    require_python("0.34.0")
     installed = next((ROOT / ".venv-vllm-0.34.0" / "lib").glob("python3*/site-packages/vllm"))
     tree = tmp_path / "tree"
     tree.mkdir(parents=True)
@@ -230,7 +179,7 @@ def conform_src(tree: Path, traces: Path, reports: Path) -> dict:
 
 def test_vllm_src_runs_the_trees_own_code(tmp_path):
     if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
-        require("0.34.0")
+        require_python("0.34.0")
     traces = traces_dir(tmp_path)
     # use_breakable_cg read without has_piecewise_cudagraphs(): a manager whose mode has no
     # PIECEWISE descriptor never reaches run_pw_graph, so no observation can change.
@@ -256,7 +205,7 @@ def test_vllm_src_that_is_no_model_runner_is_one_line(tmp_path):
 
 def test_vllm_src_that_does_not_import_is_one_line(tmp_path):
     if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
-        require("0.34.0")
+        require_python("0.34.0")
     (tmp_path / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True)
     (tmp_path / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py").write_text("")
     (tmp_path / "vllm" / "__init__.py").write_text("import vllm_missing_dependency\n")

@@ -10,13 +10,13 @@ PIECEWISE prefill running eagerly under a compiled target when its class is not 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from test_conformance_mrv2 import ROOT, TIMEOUT, require
+from test_conformance_mrv2 import ROOT, TIMEOUT
+from vllm_envs import require_python, run_env
 
 pytestmark = pytest.mark.conformance
 
@@ -60,18 +60,14 @@ print(json.dumps(out))
 """
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR"}
-
-
 @pytest.mark.parametrize("version", VERSIONS)
 def test_speculator_traces_agree_with_real_vllm(tmp_path, version):
-    python = require(version)
+    python = require_python(version)
     argv = [str(python), "-m", "contract.cli", "conform", "--runner", "mrv2", "--corpus", "none", "--json",
             "--reports", str(tmp_path)]
     for path in [*TRACES, standalone_trace(tmp_path, version)]:
         argv += ["--traces", str(path)]
-    proc = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(argv, cwd=ROOT, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.stdout.strip(), proc.stderr[-2000:]
     data = json.loads((tmp_path / "conformance" / f"vllm-{version}-mrv2.json").read_text())
     assert data["vllm"] == version and data["not_replayed_mrv2"] == 0
@@ -91,9 +87,9 @@ def test_the_release_speculator_really_acts(tmp_path, version):
     """Observations of the replay itself, so a drafter that was not run (or was run by the
     harness instead of the release) cannot pass: the draft managers are the speculator's own,
     labelled when its ``init_cudagraph_manager`` built them, and act on the draft forwards."""
-    python = require(version)
+    python = require_python(version)
     traces = [*TRACES, standalone_trace(tmp_path, version)]
-    proc = subprocess.run([str(python), "-c", OBSERVE, *map(str, traces)], cwd=ROOT, env=_env(),
+    proc = subprocess.run([str(python), "-c", OBSERVE, *map(str, traces)], cwd=ROOT, env=run_env(),
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = json.loads(proc.stdout.strip().splitlines()[-1])

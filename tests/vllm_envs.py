@@ -24,3 +24,57 @@ def require(release: str) -> Path:
 
 def run_env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "ERROR", **extra}
+
+
+def venv_python(release: str) -> Path | None:
+    python = ROOT / f".venv-vllm-{release}" / "bin" / "python"
+    return python if python.exists() else None
+
+
+def require_python(release: str) -> Path:
+    """The release's Python; the test skips without it, or fails when ``CONTRACT_REQUIRE_VLLM=1``."""
+    return require(release) / "bin" / "python"
+
+
+def shared_jobs(tmp_path_factory, folder: str, versions, commands, timeout: int, env=None):
+    """A module's subprocesses, ``commands(version, python, reports) -> {name: argv}``. Run alone,
+    pytest starts them all at once (one core each while they last); under pytest-xdist each job
+    runs once for all workers, under a file lock in the workers' shared temporary folder, when a
+    test first needs it. Yields ``result(name, version) -> (rc, stdout, stderr, reports folder)``."""
+    import fcntl
+    import json
+    import subprocess
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp()
+    shared = (shared.parent if worker else shared) / folder
+    shared.mkdir(parents=True, exist_ok=True)
+    started: dict[tuple[str, str], subprocess.Popen] = {}
+
+    def start(name: str, version: str) -> subprocess.Popen:
+        argv = commands(version, venv_python(version), shared / f"reports-{version}")[name]
+        return subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env or run_env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    if not worker:
+        for version in versions:
+            if venv_python(version) is not None:
+                for name in commands(version, Path(), Path()):
+                    started[(name, version)] = start(name, version)
+
+    def result(name: str, version: str):
+        require(version)
+        done = shared / f"{name}-{version}.json"
+        with open(shared / f"{name}-{version}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                proc = started.pop((name, version), None) or start(name, version)
+                out, err = proc.communicate(timeout=timeout)
+                done.write_text(json.dumps([proc.returncode, out, err]))
+        rc, out, err = json.loads(done.read_text())
+        return rc, out, err, shared / f"reports-{version}"
+
+    yield result
+    for proc in started.values():
+        if proc.poll() is None:
+            proc.kill()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 import inspect
 import os
+import sys
 import types
 from dataclasses import dataclass, field
 
@@ -195,11 +196,21 @@ class Session:
         cudagraph_utils.install(self.cudagraph_utils, self._capture_listener)
         self.gpu_model_runner.lock_workspace = lambda: None  # locks a GPU workspace buffer after capture
 
+    def _skip_collections(self) -> None:
+        """On simulated graphs, vLLM's modules see ``gc`` with ``collect`` a no-op (``_NoCollect``);
+        modules a speculator imports late are reached at the next trace."""
+        if self.device == "cuda":
+            return
+        for name, module in list(sys.modules.items()):
+            if name.startswith("vllm") and getattr(module, "gc", None) is gc:
+                module.gc = _NO_COLLECT
+
     def _capture_listener(self, kind, manager, desc) -> None:
         if self.run is not None:
             self.run.capture_event(kind, manager, desc)
 
     def reset(self) -> None:
+        self._skip_collections()
         import vllm.forward_context as forward_context
         import vllm.platforms as vllm_platforms
         from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphCapture, BreakableCUDAGraphWrapper
@@ -250,6 +261,25 @@ class Session:
         finally:
             self.run = None
         return steps
+
+
+class _NoCollect:
+    """``gc`` whose ``collect()`` does nothing. vLLM collects before and after every capture
+    (``utils/gc_utils.py``'s ``freeze_gc_for_cudagraph_capture``, ``compilation/breakable_cudagraph.py``,
+    ``v1/worker/gpu/cudagraph_utils.py``) to free device memory and keep a collection out of a
+    stream capture; its ``unfreeze()`` also hands the session's frozen objects back, so every later
+    collection walks them all (about half of a replay's time). On simulated graphs a collection
+    decides nothing; freezing and disabling still run as vLLM's. Real CUDA graphs keep ``gc``."""
+
+    def __getattr__(self, name):
+        return getattr(gc, name)
+
+    @staticmethod
+    def collect(generation: int = 2) -> int:
+        return 0
+
+
+_NO_COLLECT = _NoCollect()
 
 
 class RealRun:
