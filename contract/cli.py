@@ -302,6 +302,7 @@ def replay(
     Example: [bold]cudagraph-contract replay reports/vllm_0_30/P4.json[/]
     """
     from contract import trace as tr
+    from contract.output import write_atomic
 
     try:
         t = tr.load(trace_file)
@@ -309,7 +310,7 @@ def replay(
         if update:
             fresh = tr.record(t.scenario, p, t.events, name=t.name, prop=t.property, origin=t.origin)
             fresh.policy = t.policy
-            tr.write_atomic(trace_file, fresh.dumps())
+            write_atomic(trace_file, fresh.dumps())
             t = fresh
         result = tr.replay(t, p)
     except (TraceError, PolicyError, OutputError) as exc:
@@ -477,13 +478,13 @@ def report(
         for r in results:
             out.print(_verdict_line(r.policy.name, r.verdicts, r.exploration), soft_wrap=True, highlight=False)
         out.print(f"wrote {out_dir}/README.md (verdicts, violation classes and coverage) and a page per "
-                  "counterexample and per class")
+                  "counterexample and per class", soft_wrap=True, highlight=False)
         if differentials:
             from contract.diffview import print_differential
 
             for d, _ in differentials.values():
                 print_differential(out, d)
-                out.print(f"wrote {out_dir}/{d.branch}/differential.md")
+                out.print(f"wrote {out_dir}/{d.branch}/differential.md", soft_wrap=True, highlight=False)
         else:
             for name, pid in unexpected:
                 out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")

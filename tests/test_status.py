@@ -39,8 +39,8 @@ def test_mrv2_confirmation_says_what_the_mrv2_replay_runs():
     assert "`load_model` wrapping block" in mrv1 and "`propose`'s batch-to-dispatch statements" in mrv1
 
 
-def test_unreplayed_and_unreleased_are_reading():
-    assert label("mrv2_0_34", "P1").kind == "reading"
+def test_unreleased_is_reading_and_a_confirmed_mrv2_witness_is_new():
+    assert label("mrv2_0_34", "P1").kind == "new"  # replayed on 0.34.0's MRV2 and confirmed
     draft = label("pr56312_draft", "P1")
     assert draft.kind == "reading" and "models no released vLLM" in draft.text
 

@@ -40,6 +40,14 @@ def owner(function) -> str:
     return VLLM if "/vllm/" in filename.replace("\\", "/") else HARNESS
 
 
+def package_path(filename: str | Path) -> str:
+    """``filename`` relative to the ``vllm`` package folder holding it: the installed release's, or
+    a source tree's whose modules ``--vllm-src`` puts in their place."""
+    parts = Path(filename).resolve().parts
+    top = len(parts) - 1 - parts[::-1].index("vllm") if "vllm" in parts else 0
+    return "/".join(parts[top + 1:])
+
+
 def _vllm_package() -> Path | None:
     try:
         import vllm

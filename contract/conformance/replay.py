@@ -68,12 +68,9 @@ class Session:
 
         self.device = simcuda.DEVICE
         self.block = wrapping.load(gpu_model_runner)
-        from pathlib import Path
-
-        block_file = Path(self.block.path).resolve().relative_to(Path(vllm.__file__).resolve().parent)
         self.load_model_block = decisions.tracked(
             self.block.function, "GPUModelRunner.load_model (wrapping block)",
-            {"function": "GPUModelRunner.load_model", "path": block_file.as_posix(),
+            {"function": "GPUModelRunner.load_model", "path": decisions.package_path(self.block.path),
              "lines": [self.block.first_line, self.block.last_line]})
         self.configs = ConfigCache()
         self.recorder = Recorder()

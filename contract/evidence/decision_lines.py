@@ -46,7 +46,7 @@ class Ran:
         label = f"{w['path']}:{w['lines'][0]}-{w['lines'][1]}"
         link = permalink(release, w["path"], w["lines"])
         cited = f"[`{label}`]({link})" if link else f"`{label}`"
-        block = re.search(r"\((.* block)\)$", self.point)  # statements cut from the method and run
+        block = re.search(r" \(([^()]+)\)$", self.point)  # statements cut from the method and run
         text = f"`{w['function']}`" + (f" ({block.group(1)})" if block else "") + f" {cited}"
         if w.get("owner") == HARNESS:
             text += " — mirrored by the harness: these statements did not run (`tests/test_decisions.py` guards them)"

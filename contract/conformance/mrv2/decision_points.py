@@ -55,7 +55,6 @@ BLOCKS = {
 def install(session, run_class) -> decisions.Log:
     """Shims on the session's vLLM code and blocks; ``run_class.execute`` is the harness's point.
     Returns the session's log (also ``decisions.LOG``)."""
-    import vllm
     import vllm.compilation.backends as backends
     from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
     from vllm.compilation.cuda_graph import CUDAGraphWrapper
@@ -78,9 +77,8 @@ def install(session, run_class) -> decisions.Log:
     for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper, backends.VllmBackend):
         decisions.track_attribute(cls, "__call__", f"{cls.__name__}.__call__")
     decisions.track_attribute(backends, "wrap_with_cudagraph_if_needed")
-    package = Path(vllm.__file__).resolve().parent
     session.blocks = type(session.blocks)(**{
-        name: dataclasses.replace(block, function=decisions.tracked(block.function, BLOCKS[name], _location(block, package)))
+        name: dataclasses.replace(block, function=decisions.tracked(block.function, BLOCKS[name], _location(block)))
         for name, block in ((n, getattr(session.blocks, n)) for n in session.blocks.__dataclass_fields__)
     })
     from contract.conformance.mrv2 import model_runner
@@ -92,9 +90,9 @@ def install(session, run_class) -> decisions.Log:
     return log
 
 
-def _location(block, package: Path) -> dict:
-    """``decisions.where``'s form for a block: its statements' lines in the installed file."""
-    return {"function": block.method, "path": Path(block.path).resolve().relative_to(package).as_posix(),
+def _location(block) -> dict:
+    """``decisions.where``'s form for a block: its statements' lines in the file it was cut from."""
+    return {"function": block.method, "path": decisions.package_path(block.path),
             "lines": [block.first_line, block.last_line]}
 
 
