@@ -140,17 +140,9 @@ def after_forward(raw, num_tokens: int, output, dispatch: dict) -> None:
     """Close the dispatch's facts; for a replay, compare with the eager forward on the same inputs."""
     global _current
     import torch
-    from vllm.compilation.counter import compilation_counter
 
     facts, _current = _current, None
-    facts.counter_captured += compilation_counter.num_cudagraph_captured
-    CHECKS.facts.append(facts)
-    where = f"{dispatch['context']} {dispatch['role']} {dispatch['runtime_mode']}"
-    acted = {layer["action"] for layer in dispatch["layers"]}
-    if "captured" in acted and facts.graphs_captured == 0:
-        CHECKS.failures.append(f"{where}: a layer captured but no CUDA graph was captured")
-    if dispatch["runtime_mode"] != "NONE" and not acted - {"passed"} and facts.graphs_captured + facts.replays:
-        CHECKS.failures.append(f"{where}: eager fallback predicted, but a CUDA graph captured or replayed")
+    acted, where = _check_graph_counts(facts, dispatch)
     if "replayed" in acted and output is not None and "error" not in dispatch:
         got = output.detach().clone()
         hook, raw.on_compute = raw.on_compute, None
@@ -162,6 +154,22 @@ def after_forward(raw, num_tokens: int, output, dispatch: dict) -> None:
         facts.max_rel_error = float(((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item())
         if facts.max_rel_error > RTOL:
             CHECKS.failures.append(f"{where}: replayed output differs from eager (rel. error {facts.max_rel_error:.2e})")
+
+
+def _check_graph_counts(facts, dispatch: dict) -> tuple[set, str]:
+    """Record the dispatch's facts: a layer the model says captured captured a CUDA graph; a
+    predicted eager fallback captured and replayed none. Returns the layers' actions and a label."""
+    from vllm.compilation.counter import compilation_counter
+
+    facts.counter_captured += compilation_counter.num_cudagraph_captured
+    CHECKS.facts.append(facts)
+    where = f"{dispatch['context']} {dispatch['role']} {dispatch['runtime_mode']}"
+    acted = {layer["action"] for layer in dispatch["layers"]}
+    if "captured" in acted and facts.graphs_captured == 0:
+        CHECKS.failures.append(f"{where}: a layer captured but no CUDA graph was captured")
+    if dispatch["runtime_mode"] != "NONE" and not acted - {"passed"} and facts.graphs_captured + facts.replays:
+        CHECKS.failures.append(f"{where}: eager fallback predicted, but a CUDA graph captured or replayed")
+    return acted, where
 
 
 def open_dispatch() -> None:
@@ -179,19 +187,9 @@ def close_dispatch(dispatch: dict) -> None:
     """Close the dispatch ``open_dispatch`` started: a layer the model says captured captured a CUDA
     graph; a predicted eager fallback captured and replayed none."""
     global _current
-    from vllm.compilation.counter import compilation_counter
-
     facts, _current = _current, None
-    if facts is None:
-        return
-    facts.counter_captured += compilation_counter.num_cudagraph_captured
-    CHECKS.facts.append(facts)
-    where = f"{dispatch['context']} {dispatch['role']} {dispatch['runtime_mode']}"
-    acted = {layer["action"] for layer in dispatch["layers"]}
-    if "captured" in acted and facts.graphs_captured == 0:
-        CHECKS.failures.append(f"{where}: a layer captured but no CUDA graph was captured")
-    if dispatch["runtime_mode"] != "NONE" and not acted - {"passed"} and facts.graphs_captured + facts.replays:
-        CHECKS.failures.append(f"{where}: eager fallback predicted, but a CUDA graph captured or replayed")
+    if facts is not None:
+        _check_graph_counts(facts, dispatch)
 
 
 def double_capture(model_step: dict | None, real_step: dict | None) -> bool:
