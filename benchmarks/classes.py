@@ -19,11 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from contract.differential import compare  # noqa: E402
-from contract.explore import explore  # noqa: E402
-from contract.mutants import MUTANTS  # noqa: E402
-from contract.policy import BUILT_IN, load_policy  # noqa: E402
-from contract.output import write_atomic  # noqa: E402
+from contract.core.differential import compare  # noqa: E402
+from contract.core.explore import explore  # noqa: E402
+from contract.families import MUTANTS, mutant_policy  # noqa: E402
+from contract.families import BUILT_IN, load_policy  # noqa: E402
+from contract.core.output import write_atomic  # noqa: E402
 
 
 def timed(fn):
@@ -51,7 +51,7 @@ def main() -> None:
               "## Mutants against their base", "",
               "| mutant | differential (s) | new | fixed | first new class |", "|---|---|---|---|---|"]
     for m in MUTANTS:
-        d, seconds = timed(lambda: compare(m.policy(), load_policy(m.base), base_exploration=explored[m.base]))
+        d, seconds = timed(lambda: compare(mutant_policy(m), load_policy(m.base), base_exploration=explored[m.base]))
         first = d.new[0].title if d.new else "-"
         lines.append(f"| `{m.name}` | {seconds:.2f} | {len(d.new)} | {len(d.fixed)} | {first} |")
         print(m.name, f"{seconds:.2f}s", len(d.new), len(d.fixed), flush=True)

@@ -4,10 +4,10 @@ Run inside a vLLM venv from the repo root:
 
     PYTHONPATH=. .venv-vllm-0.30.0/bin/python benchmarks/conformance_cost.py [--traces N] [--repeat R]
 
-The traces are the generated covering set (``contract/conformance/corpus.py``), the first N of
-them (default all). The model side runs each trace's events on ``contract.runner.Run`` under the
+The traces are the runner family's generated corpus (``Family.corpus``), the first N of them
+(default all). The model side runs each trace's events (``contract.core.engine.Run``) under the
 installed release's policy; the real side replays the same events on vLLM's code
-(``contract.conformance.replay.Session.replay``). vLLM's start-up (imports, platform) is timed
+(``Family.session().replay``); ``--runner`` picks the family as ``conform`` does. vLLM's start-up (imports, platform) is timed
 apart and left out of the steps-per-second figures. Prints the numbers and the ratio; the target
 is real/model <= 50.
 """
@@ -22,10 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from contract.conformance import corpus  # noqa: E402
-from contract.conformance.installed import installed_version, policy_for  # noqa: E402
-from contract.policy import load_policy  # noqa: E402
-from contract.runner import Run  # noqa: E402
+from contract.core.engine import Run  # noqa: E402
+from contract.families import for_release, load_policy, policy_for  # noqa: E402
+from contract.real.installed import installed_version  # noqa: E402
 
 TARGET_RATIO = 50
 
@@ -34,11 +33,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=int, default=None, help="first N generated traces (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes per side; the best is kept")
+    parser.add_argument("--runner", default="auto", help="mrv1, mrv2 or auto (vLLM's default for the release)")
     args = parser.parse_args()
 
     version = installed_version()
-    policy = load_policy(policy_for(version))
-    traces = list(itertools.islice(corpus.generated(policy), args.traces))
+    family = for_release(version, args.runner)
+    policy = load_policy(policy_for(version, args.runner))
+    traces = list(itertools.islice(family.corpus(policy), args.traces))
     steps = sum(len(t.events) for t in traces)
 
     def model_pass() -> None:
@@ -48,9 +49,7 @@ def main() -> None:
                 run.apply(event)
 
     started = time.perf_counter()
-    from contract.conformance.replay import Session
-
-    session = Session()
+    session = family.session()
     startup = time.perf_counter() - started
 
     def real_pass() -> None:

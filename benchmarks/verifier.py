@@ -28,13 +28,13 @@ sys.path.insert(0, str(ROOT))
 
 from hypothesis import Phase, settings  # noqa: E402
 
-from contract import profiles  # noqa: E402
-from contract.expected import FAILS  # noqa: E402
-from contract.explore import explore  # noqa: E402
-from contract.machine import run_machine  # noqa: E402
-from contract.mutants import MUTANTS  # noqa: E402
-from contract.policy import BUILT_IN, load_policy  # noqa: E402
-from contract.output import write_atomic  # noqa: E402
+from contract.core import profiles  # noqa: E402
+from contract.core.expected import FAILS  # noqa: E402
+from contract.core.explore import explore  # noqa: E402
+from contract.core.machine import run_machine  # noqa: E402
+from contract.families import MUTANTS, mutant_policy  # noqa: E402
+from contract.families import BUILT_IN, load_policy  # noqa: E402
+from contract.core.output import write_atomic  # noqa: E402
 
 DEV_SEEDS = range(5)
 CI_REPEATS = 3
@@ -51,7 +51,7 @@ def defects():
             yield f"{name} {prop}", load_policy(name), None, frozenset({prop})
     for m in MUTANTS:
         if not m.equivalent:
-            yield f"mutant {m.name}", m.policy(), load_policy(m.base), None
+            yield f"mutant {m.name}", mutant_policy(m), load_policy(m.base), None
 
 
 def first_counterexample(policy, base, only, profile: str, seed):
@@ -133,7 +133,7 @@ def benchmarks_page(rows, tp, ratio) -> str:
     slow = [r["defect"] for r in rows if r["ci"][0] >= 1.0]
     lines += [
         "",
-        f"Targets: every defect found in under 1 s median by `ci` — "
+        "Targets: every defect found in under 1 s median by `ci` — "
         + ("met." if not slow else f"missed for {len(slow)} of {len(rows)}: {', '.join(slow)}.")
         + f" Shrunk/shortest = 1.0 for at least 90% of defects — {exact} of {len(rows)} "
         f"({100 * exact / max(len(rows), 1):.0f}%)"
@@ -158,7 +158,7 @@ def benchmarks_page(rows, tp, ratio) -> str:
 def kill_matrix():
     rows = []
     for m in MUTANTS:
-        policy, base = m.policy(), load_policy(m.base)
+        policy, base = mutant_policy(m), load_policy(m.base)
         ci = run_machine(policy, profiles.get("ci"), base=base)
         dev = run_machine(policy, profiles.get("dev"), base=base, seed=0)
         ex = explore(policy, base=base, first_only=True)

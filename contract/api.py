@@ -1,18 +1,9 @@
 """Everything a policy file needs: ``from contract.api import *``."""
 
-from contract.modes import (
-    FULL,
-    FULL_AND_PIECEWISE,
-    FULL_DECODE_ONLY,
-    NONE,
-    PIECEWISE,
-    AttentionCGSupport,
-    CompilationMode,
-    CUDAGraphMode,
-)
-from contract.policy import LoadContext
-from contract.scenario import ConfigRevision, Runner
-from contract.stack import BreakableCUDAGraphWrapper, CUDAGraphWrapper, RawModel, Stacks, UBatchWrapper
+from contract.core.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, PIECEWISE, AttentionCGSupport, CompilationMode, CUDAGraphMode
+from contract.runners.mrv1.model.wrappers import LoadContext
+from contract.core.scenario import ConfigRevision, Runner
+from contract.runners.mrv1.model.wrappers import BreakableCUDAGraphWrapper, CUDAGraphWrapper, RawModel, Stacks, UBatchWrapper
 
 __all__ = [
     "FULL",

@@ -3,7 +3,7 @@
 # scripts/gpu-conformance.sh [--vllm VERSION] [--device cuda|cpu-sim] [--out DIR] [--bundle DIR] [--traces PATH]... [--corpus full|covering|none]
 #
 # --pack (where .venv-vllm-VERSION exists; default 0.30.0 and 0.34.0, Model Runner V1 and V2): writes
-#   the folder to carry, .gpu-bundle/ (contract/conformance/bundle.py): vllm-VERSION.tar.gz per
+#   the folder to carry, .gpu-bundle/ (contract/gpu/bundle.py): vllm-VERSION.tar.gz per
 #   release with every .py file of its vLLM, site.tar.gz with the pure-Python distributions they
 #   share, wheels/ with the cp312 wheels of the compiled distributions the GPU machine lacks
 #   (scripts/gpu-machine-packages.txt) for Python $GPU_PYTHON_VERSION (default 3.12, the GPU
@@ -44,7 +44,7 @@ if [ "$PACK" = 1 ]; then
   for VERSION in "${VERSIONS[@]}"; do
     VPY="$ROOT/.venv-vllm-$VERSION/bin/python"
     [ -x "$VPY" ] || die "no $ROOT/.venv-vllm-$VERSION (conformance-env/make-env.sh $VERSION .venv-vllm-$VERSION)"
-    PYTHONPATH="$ROOT" "$VPY" -m contract.conformance.bundle --out "$BUNDLE" --python-version "$PYVER" \
+    PYTHONPATH="$ROOT" "$VPY" -m contract.gpu.bundle --out "$BUNDLE" --python-version "$PYVER" \
       ${ADD[@]+"${ADD[@]}"} || die "packing vLLM $VERSION failed"
     ADD=(--add-release)
   done
@@ -96,6 +96,6 @@ if [ ! -s "$WORK/summary.json" ]; then
   [ $RC -eq 124 ] && die "the conformance run passed its $LIMIT s limit (GPU_CONFORMANCE_LIMIT; or --corpus none)"
   exit $(( RC == 0 ? 2 : RC ))
 fi
-PYTHONPATH="$PYPATH" "$PY" -m contract.conformance.gpu_result "$WORK/summary.json" "$WORK/reports" "$OUTDIR" \
+PYTHONPATH="$PYPATH" "$PY" -m contract.gpu.gpu_result "$WORK/summary.json" "$WORK/reports" "$OUTDIR" \
   "$DEVICE" "$((T1 - T0))" || die "cannot write the result"
 exit $RC

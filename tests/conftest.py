@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import settings
 
-from contract import profiles
+from contract.core import profiles
 
 profiles.register()
 settings.load_profile("dev")

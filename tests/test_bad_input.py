@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import output
+from contract.core import output
 from contract.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def evil_policy(folder: Path) -> Path:
     """A policy file whose import leaves a marker: it ran if the marker exists."""
     path = folder / "evil.py"
     path.write_text(f"open({str(folder / MARKER)!r}, 'w').write('ran')\n"
-                    "from contract.policies.vllm_0_30 import load_model\n")
+                    "from contract.runners.mrv1.model.policies.vllm_0_30 import load_model\n")
     return path
 
 

@@ -1,11 +1,11 @@
 """``verify --vllm-src`` compares a tree with the release it starts from (``--base auto``): an
 edited copy with the pre-#56312 ``elif`` restored exits 1 and names what it adds; an unedited copy
 exits 0 with nothing new. The trees are copies of ``.venv-vllm-0.30.0``'s files (0.33.0's wrapping
-block is 0.30.0's, ``contract/conformance/wrapping.py``)."""
+block is 0.30.0's, ``contract/runners/mrv1/real/wrapping.py``)."""
 
 from typer.testing import CliRunner
 
-from contract import branch
+from contract.runners.mrv1 import branch as mrv1_branch
 from contract.cli import app
 from test_vllm_src import SECOND_IF, copy_tree, installed
 
@@ -14,7 +14,7 @@ runner = CliRunner()
 
 def elif_tree(tmp_path):
     tree = copy_tree(installed("0.30.0"), tmp_path / "elif-branch")
-    path = tree / "vllm" / branch.RUNNER_FILE
+    path = tree / "vllm" / mrv1_branch.RUNNER_FILE
     path.write_text(path.read_text().replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
     return tree
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from contract import branch
+from contract.runners.mrv1 import branch as mrv1_branch
 from contract.cli import app
-from contract.pytest_plugin import pytest_addoption
+from contract.plugin import pytest_addoption
 from test_vllm_src import SECOND_IF, copy_tree, installed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ def _field(name: str) -> str:
 
 def test_hook_files_pattern_selects_the_contract_files():
     pattern = re.compile(_field("files"))
-    for path in (branch.RUNNER_FILE, branch.CUDA_GRAPH_FILE, branch.BREAKABLE_FILE, branch.CONFIG_FILE,
+    for path in (mrv1_branch.RUNNER_FILE, mrv1_branch.CUDA_GRAPH_FILE, mrv1_branch.BREAKABLE_FILE, mrv1_branch.CONFIG_FILE,
                  "v1/cudagraph_dispatcher.py"):
         assert pattern.search(f"vllm/{path}"), path
     assert not pattern.search("vllm/model_executor/models/llama.py")
@@ -32,7 +32,7 @@ def test_hook_entry_blocks_a_tree_that_adds_a_class(tmp_path, monkeypatch):
     argv = shlex.split(_field("entry"))
     assert argv[0] == "cudagraph-contract"
     tree = copy_tree(installed("0.30.0"), tmp_path / "elif-branch")
-    path = tree / "vllm" / branch.RUNNER_FILE
+    path = tree / "vllm" / mrv1_branch.RUNNER_FILE
     path.write_text(path.read_text().replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
     monkeypatch.chdir(tree)
     result = CliRunner().invoke(app, argv[1:] + ["--profile", "dev", "--seed", "0"])

@@ -7,13 +7,13 @@ from functools import lru_cache
 import pytest
 from typer.testing import CliRunner
 
-from contract.classes import NESTED, NO_CAPTURER, OUTSIDE_WINDOW_SILENT, deviations
+from contract.core.classes import NESTED, NO_CAPTURER, OUTSIDE_WINDOW_SILENT, deviations
 from contract.cli import app
-from contract.differential import BaseMismatch, compare
-from contract.explore import explore
-from contract.mutants import MUTANTS
-from contract.policy import BUILT_IN, load_policy
-from contract.trace import replay
+from contract.core.differential import BaseMismatch, compare
+from contract.core.explore import explore
+from contract.families import MUTANTS, mutant_policy
+from contract.families import BUILT_IN, load_policy
+from contract.core.trace import replay
 
 runner = CliRunner()
 
@@ -90,7 +90,7 @@ WHAT = {  # what each load_model mutant's name says, as the class that is new
 
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.area == "policy" or m.name in WHAT], ids=lambda m: m.name)
 def test_policy_mutants_show_a_new_class_that_names_them(mutant):
-    d = compare(mutant.policy(), load_policy(mutant.base), base_exploration=explored(mutant.base))
+    d = compare(mutant_policy(mutant), load_policy(mutant.base), base_exploration=explored(mutant.base))
     if mutant.equivalent:
         assert not d.new and not d.fixed
         return
@@ -99,7 +99,7 @@ def test_policy_mutants_show_a_new_class_that_names_them(mutant):
     assert any((c.signature.property, c.signature.role, c.signature.runtime_mode, c.signature.what) == wanted
                for c in d.new), titles(d.new)
     for c in d.new:  # each new witness fails under the mutant and not under the base
-        assert not replay(c.witness, mutant.policy()).mismatches
+        assert not replay(c.witness, mutant_policy(mutant)).mismatches
 
 
 def test_draft_against_0_30_shows_its_own_defects():

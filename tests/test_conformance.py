@@ -34,17 +34,17 @@ pytestmark = pytest.mark.conformance
 MUTANT = r"""
 import json, sys
 from pathlib import Path
-from contract.conformance import observe, simcuda
-from contract.conformance.compare import compare
-from contract.conformance.installed import policy_for
-from contract.conformance.replay import Session
-from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileRun, Resolve
-from contract.policy import load_policy
-from contract.scenario import Runner, Scenario
-from contract.trace import load, record
+from contract.real import observe, simcuda
+from contract.real.compare import compare
+from contract.families import policy_for
+from contract.runners.mrv1.real.replay import Session
+from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileRun, Resolve
+from contract.families import load_policy
+from contract.core.scenario import Runner, Scenario
+from contract.core.trace import load, record
 
 session = Session()
-policy = load_policy(policy_for(session.version))
+policy = load_policy(policy_for(session.version, "mrv1"))
 trace = load(sys.argv[1])
 out = {"control": [d.index for d in compare(session, trace, policy, "control").diffs]}
 
@@ -79,7 +79,7 @@ print(json.dumps(out))
 # vLLM refusing a scenario at start-up, injected: the trace cannot be replayed (exit 2, one line).
 CANNOT_BUILD = r"""
 import sys
-from contract.conformance import vllm_config
+from contract.real import vllm_config
 def refuse(self, scenario):
     raise AssertionError("injected: VllmConfig refuses this scenario")
 vllm_config.ConfigCache._build = refuse
@@ -106,7 +106,7 @@ def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
     out = {
         "conform": [python, "-m", "contract.cli", "conform", "--json", "--reports", reports,
                     "--corpus", CORPUS.get(version, "full")],
-        "modes": [python, "-m", "contract.conformance.modes_table"],
+        "modes": [python, "-m", "contract.real.modes_table"],
     }
     if version == VERSIONS[0]:
         out["mutant"] = [python, "-c", MUTANT, NESTED]

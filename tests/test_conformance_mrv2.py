@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.conformance.installed import policy_for
+from contract.families import policy_for
 from vllm_envs import require_python, run_env, shared_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def test_mrv2_decision_points_are_vllms_but_the_scheduled_batch(jobs, version):
     """Every replayed step notes its decision points (``mrv2/decision_points.py``): the harness
     makes only the scheduled batch's counts, each guarded against this release's source, and vLLM's
     code makes at least 90% of the step × point pairs."""
-    from contract.conformance.decisions import MRV2_BATCH, VLLM
+    from contract.real.decisions import MRV2_BATCH, VLLM
 
     rc, out, err, _ = jobs("conform", version)
     assert out.strip(), err[-2000:]
@@ -103,11 +103,11 @@ def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
     """``--no-enable-extensible-kv-cache``: 0.34.0's ``profile_cudagraph_memory`` runs its throwaway
     capture (``34:v1/worker/gpu/cudagraph_utils.py:988-1095``), which the default skips
     (``34:…/model_runner.py:1123-1125``); the real code agrees with the model on both."""
-    from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Resolve
-    from contract.policy import load_policy
-    from contract.scenario import Runner, Scenario
-    from contract.output import write_atomic
-    from contract.trace import record
+    from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Resolve
+    from contract.families import load_policy
+    from contract.core.scenario import Runner, Scenario
+    from contract.core.output import write_atomic
+    from contract.core.trace import record
 
     python = require_python("0.34.0")
     policy = load_policy(policy_for("0.34.0", "mrv2"))
@@ -151,12 +151,12 @@ def edited_tree(tmp_path: Path, old: str, new: str) -> Path:
 def traces_dir(tmp_path: Path) -> Path:
     """Breakable on under F&P and under FULL, compiled F&P with breakable off: the scenarios whose
     PIECEWISE capturer ``use_breakable_cg`` decides."""
-    from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileRun, Resolve
-    from contract.modes import FULL
-    from contract.policy import load_policy
-    from contract.scenario import Runner, Scenario
-    from contract.output import write_atomic
-    from contract.trace import record
+    from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileRun, Resolve
+    from contract.core.modes import FULL
+    from contract.families import load_policy
+    from contract.core.scenario import Runner, Scenario
+    from contract.core.output import write_atomic
+    from contract.core.trace import record
 
     policy = load_policy(policy_for("0.34.0", "mrv2"))
     events = [LoadModel(), ProfileRun(), Resolve(), CaptureModel(), ExecuteModel(3), ExecuteModel(2, True)]

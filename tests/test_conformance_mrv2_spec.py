@@ -32,12 +32,12 @@ STANDALONE = "standalone-ar"
 def standalone_trace(folder: Path, version: str) -> Path:
     """A standalone AR drafter (q = 3) recorded by the release's model: 0.33 builds it no manager,
     0.34 a prefill and a decode manager, and its draft prefill adds a correction token per request."""
-    from contract.conformance.installed import policy_for
-    from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileRun, Propose, Resolve
-    from contract.policy import load_policy
-    from contract.scenario import DrafterKind, Runner, Scenario, Speculator
-    from contract.output import write_atomic
-    from contract.trace import record
+    from contract.families import policy_for
+    from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileRun, Propose, Resolve
+    from contract.families import load_policy
+    from contract.core.scenario import DrafterKind, Runner, Scenario, Speculator
+    from contract.core.output import write_atomic
+    from contract.core.trace import record
 
     policy = load_policy(policy_for(version, "mrv2"))
     scenario = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, speculator=Speculator.STANDALONE_AR,
@@ -50,7 +50,7 @@ def standalone_trace(folder: Path, version: str) -> Path:
 OBSERVE = """
 import json, sys
 from contract import trace as T
-from contract.conformance.mrv2.replay import Session
+from contract.runners.mrv2.real.replay import Session
 session = Session()
 out = {}
 for path in sys.argv[1:]:

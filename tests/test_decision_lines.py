@@ -16,10 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from contract.conformance.decisions import CONFIG_STEP, HARNESS, VLLM, where
+from contract.real.decisions import CONFIG_STEP, HARNESS, VLLM, where
 from contract.evidence import decision_lines, matrix
-from contract.scenario import Runner
-from contract.trace import load
+from contract.core.scenario import Runner
+from contract.core.trace import load
 from vllm_envs import require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def test_a_replayed_witness_page_cites_the_release_source(tmp_path):
 def test_the_default_conform_corpus_replays_every_report_witness():
     """``conform`` without ``--traces`` replays the traces under reports/, class witnesses included,
     so every page can say what its witness did on each replayed release."""
-    from contract.conformance.corpus import file_traces
+    from contract.real.corpus import file_traces
 
     replayed = set(file_traces(ROOT))
     witnesses = set((ROOT / "reports").glob("*/classes/*.json")) | set((ROOT / "reports").glob("*/P*.json"))
@@ -172,7 +172,7 @@ def test_the_default_conform_corpus_replays_every_report_witness():
 
 
 def test_findings_cite_the_code_that_ran_at_the_violating_step(tmp_path):
-    from contract.conformance.report import findings_markdown
+    from contract.reports.conformance import findings_markdown
 
     trace = load(P4)
     step = len(trace.events) - 1  # the witness's propose

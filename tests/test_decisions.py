@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.conformance.decisions import MIRRORED, Log, owner, share, tracked
+from contract.real.decisions import MIRRORED, Log, owner, share, tracked
 
 ROOT = Path(__file__).resolve().parents[1]
 # (mirrored point, release) for every release whose digest is recorded: MRV1's to 0.30.0, MRV2's
@@ -83,7 +83,7 @@ def test_owner_is_read_from_where_the_code_lives(tmp_path):
 
 
 def test_log_counts_each_point_once_per_step():
-    import contract.conformance.decisions as decisions
+    import contract.real.decisions as decisions
 
     log = Log()
     decisions.LOG, saved = log, decisions.LOG
@@ -102,7 +102,7 @@ def test_log_counts_each_point_once_per_step():
 
 
 def test_every_stand_in_is_documented_and_none_replaces_a_decision():
-    from contract.conformance import gpu_model_runner as stand_in
+    from contract.runners.mrv1.real import gpu_model_runner as stand_in
 
     assert set(stand_in.STAND_INS) == set(stand_in.INFRASTRUCTURE)
     assert not set(stand_in.STAND_INS) & set(stand_in.ORCHESTRATION)
@@ -111,6 +111,6 @@ def test_every_stand_in_is_documented_and_none_replaces_a_decision():
 def test_every_mrv2_block_is_a_decision_point():
     """Each block the MRV2 replay cuts from ``model_runner.py`` is noted under its own point."""
     pytest.importorskip("torch")
-    from contract.conformance.mrv2 import decision_points, model_runner
+    from contract.runners.mrv2.real import decision_points, model_runner
 
     assert set(decision_points.BLOCKS) == set(model_runner.Blocks.__dataclass_fields__)

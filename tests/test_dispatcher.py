@@ -3,15 +3,9 @@ asserts (spec §13), on this project's capture sizes (2, 4), max_num_seqs 4."""
 
 import pytest
 
-from contract.dispatcher import (
-    BatchDescriptor as BD,
-    DispatcherState,
-    dispatch,
-    drafter_cudagraph_mode,
-    get_capture_descs,
-    initialize_cudagraph_keys,
-)
-from contract.modes import CUDAGraphMode
+from contract.core.forward_context import BatchDescriptor as BD
+from contract.runners.mrv1.model.cudagraph_dispatcher import DispatcherState, dispatch, drafter_cudagraph_mode, get_capture_descs, initialize_cudagraph_keys
+from contract.core.modes import CUDAGraphMode
 
 N, P, F = CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL
 FDO, FAP = CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE

@@ -4,11 +4,11 @@ killed and every equivalent one is not; shortest counterexamples are never longe
 
 import pytest
 
-from contract.expected import FAILS
-from contract.explore import explore
-from contract.mutants import MUTANTS
-from contract.policy import BUILT_IN, load_policy
-from contract.properties import PROPERTIES
+from contract.core.expected import FAILS
+from contract.core.explore import explore
+from contract.families import MUTANTS, mutant_policy
+from contract.families import BUILT_IN, load_policy
+from contract.core.properties import PROPERTIES
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
@@ -22,7 +22,7 @@ def test_explorer_verdicts_match_the_expected_table(name):
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_explorer_kills_exactly_the_killable_mutants(mutant):
-    result = explore(mutant.policy(), base=load_policy(mutant.base), first_only=True)
+    result = explore(mutant_policy(mutant), base=load_policy(mutant.base), first_only=True)
     assert bool(result.counterexamples) == (not mutant.equivalent)
 
 

@@ -7,10 +7,10 @@ cores and HypoFuzz can drive:
 
 Under the CI profile they run as ordinary tests."""
 
-from contract.expected import FAILS
-from contract.machine import make_machine
-from contract.policy import load_policy
-from contract.properties import PROPERTIES
+from contract.core.expected import FAILS
+from contract.core.machine import make_machine
+from contract.families import load_policy
+from contract.core.properties import PROPERTIES
 
 
 def _holding(name: str):

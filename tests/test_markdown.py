@@ -5,16 +5,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from contract.markdown import CLASS_DEFS, mermaid, step_list
-from contract.report import _violating_dispatch
-from contract.trace import load, replay
+from contract.families import for_trace
+from contract.reports.markdown import CLASS_DEFS, mermaid, step_list
+from contract.reports.report import _violating_dispatch
+from contract.core.trace import load, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def witness(policy: str, prop: str):
     trace = load(ROOT / "reports" / policy / f"{prop}.json")
-    rep = replay(trace)
+    rep = replay(trace, for_trace(trace.policy, "t"))
     step, d, _ = _violating_dispatch(trace, rep.records)
     return rep.records, step, d, next(r.stacks for r in rep.records if r.stacks)
 

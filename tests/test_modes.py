@@ -2,7 +2,7 @@
 
 import pytest
 
-from contract.modes import CUDAGraphMode, parse_enum
+from contract.core.modes import CUDAGraphMode, parse_enum
 
 N, P, F = CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL
 FDO, FAP = CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE

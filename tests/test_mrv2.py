@@ -6,16 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from contract.engine import Run
-from contract.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
-from contract.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, PIECEWISE, AttentionCGSupport
-from contract.mrv2 import cudagraph_utils as cgu
-from contract.mrv2.cudagraph_utils import BED
-from contract.observation import Action, Dispatch, LayerAction, LayerKind
-from contract.policy import load_policy
-from contract.properties import capture_legality
-from contract.scenario import DrafterKind, Runner, Scenario, Speculator
-from contract.trace import load, replay
+from contract.families import for_trace
+from contract.core.engine import Run
+from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, PIECEWISE, AttentionCGSupport
+from contract.runners.mrv2.model import cudagraph_utils as cgu
+from contract.runners.mrv2.model.cudagraph_utils import BED
+from contract.core.observation import Action, Dispatch, LayerAction, LayerKind
+from contract.families import load_policy
+from contract.core.properties import capture_legality
+from contract.core.scenario import DrafterKind, Runner, Scenario, Speculator
+from contract.core.trace import load, replay
 
 START = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
 TRACES = Path(__file__).parent / "traces"
@@ -61,7 +62,7 @@ def test_draft_decode_sizes_differ_between_releases():
 
 def test_a_0_34_trace_disagrees_on_named_steps_under_0_33():
     trace = load(TRACES / "mrv2-0.34-draft-decode-request-grid.json")
-    assert replay(trace).agrees
+    assert replay(trace, for_trace(trace.policy, "t")).agrees
     result = replay(trace, load_policy("mrv2_0_33"))
     assert "step 6 (propose) differs from the recorded observation" in result.mismatches
 
@@ -153,7 +154,7 @@ LEADS = {
 @pytest.mark.parametrize("policy", ["mrv2_0_33", "mrv2_0_34"])
 @pytest.mark.parametrize("lead", sorted(LEADS))
 def test_the_explorer_finds_each_lead_on_both_releases(policy, lead):
-    from contract.explore import explore
+    from contract.core.explore import explore
 
     fields, role = LEADS[lead]
     found = explore(load_policy(policy), scenarios=[Scenario(runner=Runner.MRV2, **fields)]).counterexamples

@@ -3,12 +3,12 @@ the equivalent ones alone, and every property is shown to fail on a policy or a 
 
 import pytest
 
-from contract import profiles
-from contract.expected import FAILS
-from contract.machine import run_machine
-from contract.mutants import BY_NAME, MUTANTS
-from contract.policy import load_policy
-from contract.properties import PROPERTIES
+from contract.core import profiles
+from contract.core.expected import FAILS
+from contract.core.machine import run_machine
+from contract.families import BY_NAME, MUTANTS, mutant_policy
+from contract.families import load_policy
+from contract.core.properties import PROPERTIES
 
 CI = profiles.get("ci")  # these tests assert what the ci profile finds
 
@@ -19,7 +19,7 @@ DEMONSTRATED_BY = {"P2": "breakable_acts_on_none", "P5": "entry_key_num_tokens",
 
 
 def _run(mutant, settings):
-    return run_machine(mutant.policy(), settings, base=load_policy(mutant.base))
+    return run_machine(mutant_policy(mutant), settings, base=load_policy(mutant.base))
 
 
 def test_there_are_enough_mutants():

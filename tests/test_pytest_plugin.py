@@ -13,7 +13,7 @@ SAME_AS_0_30 = NESTED_FULL.replace("runtime_mode=FULL)\n        if drafter", "ru
 
 def test_the_entry_point_is_registered():
     names = {e.name: e.value for e in importlib.metadata.entry_points(group="pytest11")}
-    assert names.get("cudagraph_contract") == "contract.pytest_plugin"
+    assert names.get("cudagraph_contract") == "contract.plugin"
 
 
 def test_each_new_class_is_a_failing_item_with_its_witness(pytester):

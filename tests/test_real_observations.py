@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from contract import branch
+from contract.runners.mrv1 import branch as mrv1_branch
 from contract.cli import app
-from contract.conformance import judge
-from contract.explore import explore
-from contract.mutants import BY_NAME
-from contract.policy import BUILT_IN, load_policy
+from contract.real import judge
+from contract.core.explore import explore
+from contract.families import BY_NAME, mutant_policy
+from contract.families import BUILT_IN, load_policy
 from test_vllm_src import SECOND_IF, copy_tree, installed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize("name", [*BUILT_IN, "entries_never_stored", "capture_window_never_closed", "breakable_acts_on_none"])
 def test_judge_on_recorded_steps_finds_the_models_violations(name):
-    policy = BY_NAME[name].policy() if name in BY_NAME else load_policy(name)
+    policy = mutant_policy(BY_NAME[name]) if name in BY_NAME else load_policy(name)
     ex = explore(policy, classify=True)
     assert ex.classes
     for c in ex.classes:
@@ -38,7 +38,7 @@ def test_judge_reads_every_layer_label():
 def _trees(tmp_path):
     pkg = installed("0.30.0")
     edited = copy_tree(pkg, tmp_path / "elif-branch")
-    path = edited / "vllm" / branch.RUNNER_FILE
+    path = edited / "vllm" / mrv1_branch.RUNNER_FILE
     path.write_text(path.read_text().replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
     return edited, copy_tree(pkg, tmp_path / "same")
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from contract.expected import FAILS
-from contract.policy import BUILT_IN, load_policy
-from contract.properties import PROPERTIES
-from contract.trace import loads, replay
+from contract.core.expected import FAILS
+from contract.families import BUILT_IN, load_policy
+from contract.core.properties import PROPERTIES
+from contract.core.trace import loads, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -82,7 +82,7 @@ def test_pages_cite_only_lines_that_ran_at_the_replayed_release(regenerated):
     release's tag, and each range is a function (or statements of the method named) in that
     release's installed source; a page whose witness no replay ran cites no lines."""
     from contract.evidence import matrix
-    from contract.trace import load
+    from contract.core.trace import load
     from test_decision_lines import LINK, SECTION, check_permalinks
 
     out = regenerated[0]

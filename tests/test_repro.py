@@ -17,10 +17,11 @@ import pytest
 
 from contract.evidence import logs, serve
 from contract.evidence.release_facts import committed, read
-from contract.modes import AttentionCGSupport, CompilationMode
-from contract.policy import load_policy
-from contract.scenario import DrafterKind, Runner, Scenario, SplittingOps, canonical_scenarios
-from contract.trace import load
+from contract.core.modes import AttentionCGSupport, CompilationMode
+from contract.families import load_policy
+from contract.core.scenario import DrafterKind, Scenario, SplittingOps
+from contract.runners.mrv1.model.space import canonical_scenarios_of
+from contract.core.trace import load
 from vllm_envs import require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +31,7 @@ INSTALLED = serve.LOGS_CHECKED
 
 def test_commands_name_real_things():
     for release in ("0.29.0", "0.30.0", "0.33.0"):
-        for s in canonical_scenarios(Runner.MRV1)[::7]:
+        for s in canonical_scenarios_of()[::7]:
             text = serve.command(s, FACTS[release]).shell()
             assert not re.search(r"<[a-z]", text), text
             flags = text.split()
@@ -80,7 +81,7 @@ def test_committed_facts_match_the_installed_source(release):
 # and the cudagraph-mode lines vLLM logs while building its VllmConfig and resolving, against ours.
 IN_VLLM = r"""
 import dataclasses, json, logging, sys, typing
-from contract.conformance import platform
+from contract.real import platform
 platform.activate()
 import vllm.logger as vllm_logger
 from vllm.engine.arg_utils import EngineArgs
@@ -88,10 +89,10 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
 import vllm.envs as envs
-from contract.conformance.vllm_config import ConfigCache, config_key
+from contract.real.vllm_config import ConfigCache, config_key
 from contract.evidence import logs, serve
 from contract.evidence.release_facts import committed
-from contract.scenario import Runner, canonical_scenarios
+from contract.runners.mrv1.model.space import canonical_scenarios_of
 
 release = sys.argv[1]
 def methods(t):
@@ -111,7 +112,7 @@ parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
 out = {"parse": [], "logs": [], "env": [n for n in ("VLLM_USE_V2_MODEL_RUNNER", "VLLM_USE_BREAKABLE_CUDAGRAPH")
                                         if n not in envs.environment_variables]}
 config_logs, cache = {}, {}
-for s in canonical_scenarios(Runner.MRV1):
+for s in canonical_scenarios_of():
     argv = list(serve.command(s, facts).argv)
     try:
         # from_cli_args would fetch the model's config from the Hub: parsing is what checks the flags

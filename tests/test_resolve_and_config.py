@@ -2,10 +2,11 @@
 
 import pytest
 
-from contract.modes import AttentionCGSupport as S
-from contract.modes import CompilationMode, CUDAGraphMode
-from contract.resolve import ResolveRejected, adjust_cudagraph_sizes_for_spec_decode, resolve_cudagraph_mode_and_sizes
-from contract.scenario import ConfigRejected, ConfigRevision, DrafterKind, Scenario, SplittingOps, normalise
+from contract.core.modes import AttentionCGSupport as S
+from contract.core.modes import CompilationMode, CUDAGraphMode
+from contract.core.resolve import ResolveRejected, adjust_cudagraph_sizes_for_spec_decode, resolve_cudagraph_mode_and_sizes
+from contract.core.scenario import ConfigRejected, ConfigRevision, DrafterKind, Scenario, SplittingOps
+from contract.runners.mrv1.model.cudagraph_dispatcher import normalise
 
 N, P, F = CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL
 FDO, FAP = CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE

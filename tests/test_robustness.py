@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from contract import policy as policy_module
+from contract import families as policy_module
 from contract.cli import app
-from contract.trace import TraceError, load
+from contract.core.trace import TraceError, load
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -32,10 +32,10 @@ SEED_TEXT = {p.name if p.parent.name == "traces" else f"{p.parent.name}/{p.name}
 # A policy file whose import leaves a marker; the fuzz puts its path into traces, never on a command line.
 EVIL = Path(tempfile.mkdtemp(prefix="cudagraph-contract-fuzz-")) / "evil.py"
 EVIL.write_text(f"open({str(EVIL.with_suffix('.marker'))!r}, 'w').write('ran')\n"
-                "from contract.policies.vllm_0_30 import load_model\n")
+                "from contract.runners.mrv1.model.policies.vllm_0_30 import load_model\n")
 POLICY_NAMES = st.one_of(
     st.sampled_from([*policy_module.BUILT_IN, str(EVIL), EVIL.name, "evil.py", str(EVIL.parent), "vllm_0_31",
-                     "VLLM_0_30", "vllm_0_30.py", "contract/policies/vllm_0_30.py", "x" * 300 + ".py",
+                     "VLLM_0_30", "vllm_0_30.py", "contract/runners/mrv1/model/policies/vllm_0_30.py", "x" * 300 + ".py",
                      "a\nb.py", "a\x00b.py", "../" * 40 + "evil.py", "/dev/null", "/proc/self/environ.py", ""]),
     st.text(max_size=30).map(lambda t: t + ".py"), st.text(max_size=30))
 
@@ -136,7 +136,7 @@ def _check_loaders(tmp_path_factory, payload: str | bytes) -> None:
     except TraceError as exc:
         assert "\n" not in str(exc)
     else:
-        with mock.patch("contract.policy.importlib.util.spec_from_file_location", _no_file_import):
+        with mock.patch("contract.runners.mrv1.model.policy_file.importlib.util.spec_from_file_location", _no_file_import):
             try:
                 policy_module.for_trace(trace.policy, str(path))
             except policy_module.PolicyError as exc:
@@ -172,7 +172,7 @@ def test_fuzz_byte_mutations_of_real_traces(tmp_path_factory, data):
 def test_fuzz_policy_names_in_traces(name, trust):
     """A trace's policy field, anything at all: only a built-in name loads without trust, and no
     file is imported; with trust, a name the file layer cannot use is a one-line error."""
-    with mock.patch("contract.policy.importlib.util.spec_from_file_location", _no_file_import):
+    with mock.patch("contract.runners.mrv1.model.policy_file.importlib.util.spec_from_file_location", _no_file_import):
         try:
             policy = policy_module.for_trace(name, "t.json")
         except policy_module.PolicyError as exc:
@@ -186,7 +186,7 @@ def test_fuzz_policy_names_in_traces(name, trust):
             assert "\n" not in str(exc)
 
 
-POLICY_SOURCE = (ROOT / "contract" / "policies" / "vllm_0_30.py").read_bytes()
+POLICY_SOURCE = (ROOT / "contract" / "runners" / "mrv1" / "model" / "policies" / "vllm_0_30.py").read_bytes()
 
 
 @settings(max_examples=60, **FUZZ)
@@ -268,7 +268,7 @@ def test_interrupted_report_leaves_the_previous_one(tmp_path):
 
 
 def test_write_atomic_interrupted_keeps_the_old_file(tmp_path, monkeypatch):
-    from contract import output
+    from contract.core import output
 
     target = tmp_path / "P1.json"
     target.write_text("old\n")
@@ -310,7 +310,7 @@ def test_runs_into_sibling_folders_start_together(tmp_path):
     an output folder must not create and remove the parent under the other run."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from contract.output import check_folder, write_atomic
+    from contract.core.output import check_folder, write_atomic
 
     def run(i):
         for n in range(200):

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from contract.evidence import matrix, status
-from contract.scenario import Runner
-from contract.trace import load
+from contract.core.scenario import Runner
+from contract.core.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFORMANCE = matrix.load_conformance(ROOT / "reports" / "conformance")

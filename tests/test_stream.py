@@ -1,5 +1,5 @@
 """A seed replays the same examples whatever the process has imported: Hypothesis's constants mined
-from local modules do not reach the stream (``contract.stream``)."""
+from local modules do not reach the stream (``contract.core.stream``)."""
 
 import importlib.util
 import os
@@ -8,10 +8,10 @@ import sys
 
 from hypothesis import settings
 
-from contract import profiles
-from contract.machine import run_machine
-from contract.policy import load_policy
-from contract.stream import CI_SEED, pinned_stream, seed_for
+from contract.core import profiles
+from contract.core.machine import run_machine
+from contract.families import load_policy
+from contract.core.stream import CI_SEED, pinned_stream, seed_for
 
 SMALL = settings(profiles.get("ci"), max_examples=40)
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from contract.trace import load, replay
+from contract.families import for_trace
+from contract.core.trace import load, replay
 
 TRACES = sorted((Path(__file__).parent / "traces").glob("*.json"))
 
@@ -16,7 +17,7 @@ def test_there_are_regression_traces():
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.stem)
 def test_regression_trace_replays(path):
     trace = load(path)
-    result = replay(trace)
+    result = replay(trace, for_trace(trace.policy, str(path)))
     assert result.agrees, result.mismatches
     shown = {v.property for v in result.violations}
     if trace.property:

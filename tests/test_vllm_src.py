@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from contract import branch
+from contract.branch import tree as branch
+from contract.runners.mrv1 import branch as mrv1_branch
 from contract.cli import app
-from contract.explore import explore
-from contract.policy import load_policy
-from contract.properties import PROPERTIES
-from contract.scenario import ConfigRevision
+from contract.core.explore import explore
+from contract.families import load_policy
+from contract.core.properties import PROPERTIES
+from contract.core.scenario import ConfigRevision
 
 ROOT = Path(__file__).resolve().parents[1]
-NEEDED = (branch.RUNNER_FILE, branch.CUDA_GRAPH_FILE, branch.BREAKABLE_FILE, branch.CONFIG_FILE)
+NEEDED = (mrv1_branch.RUNNER_FILE, mrv1_branch.CUDA_GRAPH_FILE, mrv1_branch.BREAKABLE_FILE, mrv1_branch.CONFIG_FILE)
 # The second `if` of 0.30.0's block (gpu_model_runner.py:5477-5480), the one #56312 split from the
 # breakable branch; `elif` puts back 0.29.0's "breakable replaces the FULL wrapper".
 SECOND_IF = "\n        if (\n            cudagraph_mode.has_full_cudagraphs()"
@@ -67,7 +68,7 @@ def test_installed_release_is_recognised(version, policy):
 
 def test_elif_restored_is_unknown_and_caught(tmp_path):
     tree = copy_tree(installed("0.30.0"), tmp_path / "elif-branch")
-    path = tree / "vllm" / branch.RUNNER_FILE
+    path = tree / "vllm" / mrv1_branch.RUNNER_FILE
     source = path.read_text()
     assert source.count(SECOND_IF) == 1
     path.write_text(source.replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
@@ -117,7 +118,7 @@ def test_tree_with_neither_runner(tmp_path):
 def test_call_the_branch_class_refuses(tmp_path):
     """0.30.0's block (runtime_mode=PIECEWISE) on 0.29.0's breakable class is refused up front."""
     tree = copy_tree(installed("0.30.0"), tmp_path / "mixed")
-    shutil.copy(installed("0.29.0") / branch.BREAKABLE_FILE, tree / "vllm" / branch.BREAKABLE_FILE)
-    path = tree / "vllm" / branch.RUNNER_FILE
+    shutil.copy(installed("0.29.0") / mrv1_branch.BREAKABLE_FILE, tree / "vllm" / mrv1_branch.BREAKABLE_FILE)
+    path = tree / "vllm" / mrv1_branch.RUNNER_FILE
     path.write_text(path.read_text().replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
     one_line_error(verify("--vllm-src", tree), "does not match the branch's class")

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from contract import branch
+from contract.branch import tree as branch
 from contract.cli import app
-from contract.expected import FAILS
-from contract.explore import explore
-from contract.mrv2 import branch as mrv2_branch
-from contract.properties import PROPERTIES
+from contract.core.expected import FAILS
+from contract.core.explore import explore
+from contract.runners.mrv2 import branch as mrv2_branch
+from contract.core.properties import PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -17,8 +17,8 @@ import pytest
 
 from contract.evidence import matrix
 from contract.evidence.vllm_test import CHECKS, file_name, vllm_test
-from contract.scenario import Runner
-from contract.trace import load
+from contract.core.scenario import Runner
+from contract.core.trace import load
 from vllm_envs import require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]

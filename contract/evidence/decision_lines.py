@@ -2,7 +2,7 @@
 
 Read as data from the conformance JSON ``cudagraph-contract conform`` writes
 (``reports/conformance/vllm-<release>.json``): each replayed trace's ``decision_path`` (the
-decision points each step reached, in the order first reached, ``contract/conformance/decisions.py``)
+decision points each step reached, in the order first reached, ``contract/real/decisions.py``)
 and the run's ``decision_points.where`` (each point's function, file under the ``vllm`` package and
 line range, taken from the installed release's code objects and ``ast``). Lines are linked at the
 release's tag on GitHub. A release the witness was not replayed on cites nothing: only what ran is
@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from contract.conformance.decisions import CONFIG_STEP, HARNESS
-from contract.events import describe_event
+from contract.real.decisions import CONFIG_STEP, HARNESS
+from contract.core.events import describe_event
 from contract.evidence import matrix
-from contract.scenario import Runner
-from contract.trace import Trace
+from contract.core.scenario import Runner
+from contract.core.trace import Trace
 
 PERMALINK = "https://github.com/vllm-project/vllm/blob/v{release}/vllm/{path}#L{first}-L{last}"
 RELEASE = re.compile(r"\d+\.\d+\.\d+")

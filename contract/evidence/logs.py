@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, PIECEWISE, AttentionCGSupport, CompilationMode
-from contract.scenario import ConfigRevision, Scenario, SplittingOps
+from contract.core.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, PIECEWISE, AttentionCGSupport, CompilationMode
+from contract.core.scenario import ConfigRevision, Scenario, SplittingOps
 
 # key -> a fragment of the template unique in vLLM's source (found per release in release_facts).
 SITES: dict[str, tuple[str, str]] = {

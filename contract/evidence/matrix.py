@@ -19,10 +19,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.conformance.compare import predict
-from contract.policy import load_policy
-from contract.scenario import Runner
-from contract.trace import Trace, TraceError
+from contract.real.compare import predict
+from contract.families import load_policy
+from contract.core.scenario import Runner
+from contract.core.trace import Trace, TraceError
 
 RELEASES: tuple[str, ...] = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 

@@ -240,7 +240,7 @@ def main(argv: list[str]) -> int:
     data = json.loads(TABLE.read_text()) if TABLE.exists() else {}
     data[release] = to_json(facts)
     text = json.dumps(dict(sorted(data.items())), indent=1) + "\n"
-    from contract.output import write_atomic
+    from contract.core.output import write_atomic
 
     write_atomic(TABLE, text)
     return 0

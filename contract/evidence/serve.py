@@ -18,11 +18,10 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from contract.events import ProfileCudagraphMemory, ProfileRun
+from contract.core.events import ProfileCudagraphMemory, ProfileRun
 from contract.evidence import logs
 from contract.evidence.release_facts import BackendSupport, ReleaseFacts
-from contract.mrv2.report import METHOD
-from contract.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Runner, Scenario, Speculator, SplittingOps
+from contract.core.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Runner, Scenario, Speculator, SplittingOps
 
 # Public checkpoints: a small dense model; vLLM's own EAGLE-3 pair (tests/v1/e2e/test_spec_decode.py);
 # a MoE model and its EAGLE-3 head for dual batch overlap, which needs expert parallelism.
@@ -34,6 +33,9 @@ KV_CACHE_MEMORY_BYTES = 2 * 1024**3  # 2 GiB: >= one 4096-token sequence for eac
 # Backends a dense decoder can use on NVIDIA GPUs, in the order vLLM's docs list them.
 NVIDIA_DENSE = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 REPO = "https://github.com/vllm-project/vllm/blob"
+# The `--speculative-config` method of each MRV2 speculator kind.
+METHOD = {Speculator.EAGLE: "eagle", Speculator.MULTI_MODULE_MTP: "mtp", Speculator.DFLASH: "dflash",
+          Speculator.STANDALONE_AR: "draft_model"}
 # Releases whose logging the test suite compares these lines with, for every MRV1 scenario class.
 LOGS_CHECKED = ("0.29.0", "0.30.0")
 
@@ -137,7 +139,7 @@ def default_path_fails(trace, policy) -> bool | None:
     """Whether the model reports the trace's property on vLLM's default start-up; None when the
     trace is already on it: it has the memory profile, or its mode makes vLLM skip it (the runner
     refuses the step), or it is MRV2 (no memory-profile step in the model)."""
-    from contract.trace import TraceError, run_events
+    from contract.core.trace import TraceError, run_events
 
     if trace.scenario.runner is not Runner.MRV1:
         return None

@@ -12,11 +12,11 @@ What a confirmation ran, per runner (the functions and lines themselves are cite
 the replay's recorded path, ``decision_lines.py``). Model Runner V1: vLLM's own ``VllmConfig``,
 ``load_model`` wrapping block, runner steps (``profile_run``, ``_dummy_run``,
 ``profile_cudagraph_memory``, ``capture_model``), resolve, dispatchers and wrappers, on CPU with
-CUDA graphs simulated (``contract/conformance/simcuda.py``); the harness mirrors the batch-to-dispatch
-statements of ``execute_model`` and ``propose`` (``contract/conformance/replay.py``). Model Runner
+CUDA graphs simulated (``contract/real/simcuda.py``); the harness mirrors the batch-to-dispatch
+statements of ``execute_model`` and ``propose`` (``contract/runners/mrv1/real/replay.py``). Model Runner
 V2: the blocks of ``v1/worker/gpu/model_runner.py`` that decide modes, cut with ``ast`` and run
 unchanged, the CUDA-graph manager, ``profile_cudagraph_memory`` and ``capture_model`` entire, and a
-first forward compiled by real Dynamo (``contract/conformance/mrv2/``).
+first forward compiled by real Dynamo (``contract/runners/mrv2/real/``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 
 from contract.evidence import matrix
-from contract.scenario import DrafterKind, Runner
-from contract.trace import Trace
+from contract.core.scenario import DrafterKind, Runner
+from contract.core.trace import Trace
 
 # What upstream changed between an affected and a fixed release, where this project has read it
 # (spec/vllm-releases.md: the 0.29.0 -> 0.30.0 wrapper and load_model diff).

@@ -1,0 +1,3 @@
+from contract.cli import main
+
+main()

@@ -1,0 +1,152 @@
+"""``cudagraph-contract verify``: the Hypothesis machine and the explorer on policies or a vLLM tree."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from contract.cli.common import (
+    BASE_OPTION,
+    base_differentials,
+    check_out,
+    classes_note,
+    err,
+    fail,
+    out,
+    parse_policies,
+    profile_settings,
+    progress,
+    verdicts_json,
+    write_class_traces,
+    writing,
+)
+from contract.core.policy import PolicyError
+from contract.core.properties import PROPERTIES
+
+
+def _cell(verdict) -> str:
+    if verdict.holds:
+        text = "holds"
+    else:
+        text = f"fails ({verdict.length} events)"
+    if verdict.expected is not None and not verdict.as_expected:
+        return f"[bold red]{text} UNEXPECTED[/]"
+    return f"[green]{text}[/]" if verdict.holds else f"[yellow]{text}[/]"
+
+
+def _verdict_table(profile: str, rows) -> Table:
+    """One row per (policy name, verdicts, exploration): each property's verdict and its classes."""
+    table = Table(title=f"verdicts (profile {profile})")
+    table.add_column("policy")
+    for pid, prop in PROPERTIES.items():
+        table.add_column(f"{pid} {prop.name}")
+    for name, verdicts, exploration in rows:
+        table.add_row(name, *(_cell(v) + classes_note(exploration, pid) for pid, v in verdicts.items()))
+    return table
+
+
+def _print_hypothesis_classes(results, policies) -> None:
+    from contract.core.classes import of_trace
+
+    by_name = {p.name: p for p in policies}
+    for name, verdicts in results.items():
+        found = [c for v in verdicts.values() if v.trace is not None for c in of_trace(v.trace, by_name[name])]
+        if found:
+            out.print(f"{name}: Hypothesis found {len(found)} class{'es' if len(found) != 1 else ''}: "
+                      + "; ".join(c.title for c in found), soft_wrap=True)
+
+
+def verify(
+    policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Built-in policy name or a .py policy file; repeatable. Default: every built-in policy."),
+    profile: str = typer.Option("ci", help="Hypothesis profile: ci (deterministic), dev (quick), thorough (nightly)."),
+    seed: Optional[int] = typer.Option(None, help="Seed for the Hypothesis run; the same seed replays the same result."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write one JSON trace per counterexample into this folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify its load_model wrapping block, as the known revision it is or run as a policy."),
+    base: Optional[str] = BASE_OPTION,
+) -> None:
+    """Run the Hypothesis state machine against each policy and print the verdict table.
+
+    With --base (the default for --vllm-src: auto), the exit code says whether the branch adds a
+    violation class the base does not have.
+
+    Example: [bold]cudagraph-contract verify --policy vllm_0_30 --policy my_branch.py[/]
+    """
+    from contract.core.output import write_atomic
+    from contract.core.verify import verify_policy
+
+    settings = profile_settings(profile)
+    check_out(out_dir)
+    # --vllm-src alone verifies just that tree; with --policy, both.
+    policies = parse_policies(policy) if policy or vllm_src is None else []
+    if vllm_src is not None:
+        from contract.branch import tree as branch
+
+        try:
+            found = branch.load(vllm_src)
+        except PolicyError as exc:
+            fail(str(exc))
+        if not quiet:
+            (err if as_json else out).print(found.recognised, soft_wrap=True)
+        policies.append(found.policy)
+        base = base or "auto"
+    from contract.core.explore import explore as run_explore
+
+    results, coverage, explored = {}, {}, {}
+    with progress(len(policies), "verifying", quiet or as_json) as advance:
+        for p in policies:
+            cells: set = set()
+            results[p.name] = verify_policy(p, settings, seed, cells=cells)
+            explored[p.name] = run_explore(p, classify=True)
+            reachable = explored[p.name].cells
+            coverage[p.name] = (len(cells & reachable), len(reachable))
+            advance()
+    differentials = base_differentials(policies, base, explored, found if vllm_src is not None else None,
+                                   None if quiet else (err if as_json else out))
+    unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
+    if out_dir is not None:
+        with writing():
+            for verdicts in results.values():
+                for v in verdicts.values():
+                    if v.trace is not None:
+                        write_atomic(out_dir / f"{v.policy}-{v.property}.json", v.trace.dumps())
+            write_class_traces(out_dir, explored.values(), differentials)
+    if as_json:
+        from contract.cli.diffview import differential_json
+        from contract.core.classes import of_trace
+
+        by_name = {p.name: p for p in policies}
+        payload = {
+            name: {pid: data | {"hypothesis_classes": [c.title for c in (of_trace(verdicts[pid].trace, by_name[name])
+                                                                      if verdicts[pid].trace else [])],
+                                "classes": [c.id for c in explored[name].classes_of(pid)]}
+                   for pid, data in verdicts_json(verdicts).items()}
+            | {"coverage": {"reached": coverage[name][0], "reachable": coverage[name][1]}}
+            | ({"differential": differential_json(*differentials[name])} if name in differentials else {})
+            for name, verdicts in results.items()
+        }
+        sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    elif not quiet:
+        out.print(_verdict_table(profile, [(name, verdicts, explored[name]) for name, verdicts in results.items()]))
+        for name, (reached, reachable) in coverage.items():
+            out.print(f"{name}: the {profile} profile reached {reached} of {reachable} cells the explorer "
+                      f"finds reachable ({100 * reached / max(reachable, 1):.1f}%)")
+        _print_hypothesis_classes(results, policies)
+        if differentials:
+            from contract.cli.diffview import print_differential
+
+            for d, _ in differentials.values():
+                print_differential(out, d)
+        elif unexpected:
+            for v in unexpected:
+                out.print(f"[red]{v.policy} {v.property}:[/] "
+                          + (v.message if not v.holds else "expected a counterexample, none found"))
+    if differentials:
+        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
+    raise typer.Exit(1 if unexpected else 0)

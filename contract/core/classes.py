@@ -1,0 +1,273 @@
+"""Violation classes: what a vLLM maintainer would call one bug.
+
+A class is a *signature* — the property, the role (target or drafter), the runtime mode and what
+happened — together with the smallest scenario settings under which it occurs. The explorer
+records, for every signature, the shortest witness in every scenario class; the settings of a
+class are the minimal deviations from vLLM's defaults among those scenarios, so one property
+cell splits into the distinct causes behind it (for ``vllm_0_30`` P1: breakable with
+micro-batching, compiled under FULL then upgraded, compilation off with attention in
+``splitting_ops``).
+
+A halt is recorded as a class of its own (``property="halt"``, "vLLM stops") only on a step that
+violates no property: a raised capture is already the P1/P4 class that explains it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass, field
+
+from contract.core.events import describe_event, event_to_json
+from contract.core.observation import Action, StepRecord
+from contract.core.properties import Violation
+from contract.core.scenario import DrafterKind, Scenario
+
+NO_CAPTURER = "no capturer"
+NESTED = "nested capture"
+WRONG_CAPTURER = "wrong capturer"
+OUTSIDE_WINDOW = "capture outside the capture phase"  # vLLM's guard raises
+OUTSIDE_WINDOW_SILENT = "capture outside the capture phase, not refused"
+CROSS_MODE_REPLAY = "replay of an entry captured under another mode"
+RECAPTURE = "re-capture of a captured entry"
+NONE_CAPTURED = "NONE dispatch captured"
+UNWRAP_STOPS = "unwrap stops at a wrapper"
+STOPS = "vLLM stops"
+HALT = "halt"
+
+
+@dataclass(frozen=True, order=True)
+class Signature:
+    property: str  # P1..P6 or "halt"
+    role: str  # "target", "drafter" or "-"
+    runtime_mode: str  # the dispatch's runtime_mode name, or "-"
+    what: str  # one of the constants above
+    detail: str = ""  # halts: vLLM's error, as the model states it
+
+    def to_json(self) -> dict:
+        out = {"property": self.property, "role": self.role, "runtime_mode": self.runtime_mode, "what": self.what}
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
+    """(role, runtime_mode, what) of a violation on its step."""
+    d = record.dispatches[v.dispatch] if v.dispatch is not None else None
+    if v.property == "P6":
+        role = "drafter" if "of the drafter" in v.message else "target"
+        return role, "-", UNWRAP_STOPS
+    if d is None:
+        return "-", "-", v.property
+    if v.property == "P1":
+        return d.role, d.runtime_mode.name, NESTED if len(d.acting) > 1 else NO_CAPTURER
+    if v.property == "P2":
+        return d.role, d.runtime_mode.name, NONE_CAPTURED
+    if v.property == "P3":
+        return d.role, d.runtime_mode.name, WRONG_CAPTURER
+    if v.property == "P4":
+        raised = any(a.action is Action.RAISED for a in d.acting)
+        return d.role, d.runtime_mode.name, OUTSIDE_WINDOW if raised else OUTSIDE_WINDOW_SILENT
+    if v.property == "P5":
+        replayed_elsewhere = any(a.action is Action.REPLAYED for a in d.acting)
+        return d.role, d.runtime_mode.name, CROSS_MODE_REPLAY if replayed_elsewhere else RECAPTURE
+    return d.role, d.runtime_mode.name, v.property
+
+
+def signature(v: Violation, record: StepRecord) -> Signature:
+    role, mode, what = _what(v, record)
+    return Signature(v.property, role, mode, what)
+
+
+def _halt_detail(text: str) -> str:
+    # Numbers and sizes vary with the scenario; the kind of stop does not.
+    return re.sub(r"\d+", "N", text.split("\n")[0])[:160]
+
+
+def signatures(record: StepRecord, violations: list[Violation]) -> list[tuple[Signature, Violation | None]]:
+    """Every class signature a step shows, in the order the step showed them."""
+    out = [(signature(v, record), v) for v in violations]
+    if record.halted and not violations:
+        out.append((Signature(HALT, "-", "-", STOPS, _halt_detail(record.halted)), None))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenario settings, as deviations from vLLM's defaults
+
+_LABELS = {
+    "breakable": "breakable",
+    "ubatching": "micro-batching",
+    "cudagraph_mode": "cudagraph_mode",
+    "compilation_mode": "compilation",
+    "splitting_ops": "splitting_ops",
+    "drafter": "drafter",
+    "attention_support": "attention support",
+    "spec_enforce_eager": "drafter enforce_eager",
+    "uniform_decode_query_len": "uniform_decode_query_len",
+}
+
+
+def deviations(scenario: Scenario) -> dict[str, str]:
+    """Fields that differ from ``Scenario()``; the runner is the policy's, not a setting, and a
+    drafter's smallest query length (2) is its default."""
+    default = Scenario()
+    out = {}
+    for f in dataclasses.fields(Scenario):
+        if f.name == "runner":
+            continue
+        value, base = getattr(scenario, f.name), getattr(default, f.name)
+        if f.name == "uniform_decode_query_len":
+            base = 1 if scenario.drafter is DrafterKind.NONE else 2
+        if value != base:
+            out[f.name] = value.name if isinstance(value, enum.Enum) else str(value)
+    return out
+
+
+@dataclass(frozen=True, order=True)
+class Setting:
+    field: str
+    values: tuple[str, ...]  # any of these
+
+    def __str__(self) -> str:
+        label = _LABELS.get(self.field, self.field)
+        if self.values == ("True",):
+            return f"{label} on"
+        return f"{label} {' or '.join(self.values)}"
+
+    def to_json(self) -> dict:
+        return {"field": self.field, "values": list(self.values)}
+
+
+def _order(field_name: str) -> int:
+    names = [f.name for f in dataclasses.fields(Scenario)]
+    return names.index(field_name) if field_name in names else len(names)
+
+
+@dataclass(frozen=True)
+class ViolationClass:
+    signature: Signature
+    settings: tuple[Setting, ...]  # empty: under vLLM's defaults
+    witness: object = field(compare=False, hash=False)  # a Trace: the shortest counterexample
+    step: int = field(default=0, compare=False)
+    message: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> tuple:
+        return (self.signature, self.settings)
+
+    @property
+    def where(self) -> str:
+        return " + ".join(str(s) for s in self.settings) or "vLLM's defaults"
+
+    @property
+    def title(self) -> str:
+        s = self.signature
+        head = s.property if s.role == "-" else f"{s.property} {s.role}" + ("" if s.runtime_mode == "-" else f" {s.runtime_mode}")
+        what = s.what + (f" ({s.detail})" if s.detail else "")
+        return f"{head}: {what}, under {self.where}"
+
+    @property
+    def id(self) -> str:
+        """A file-name-safe name, stable across runs: ``P1-target-PIECEWISE-no-capturer--breakable+ubatching``."""
+        s = self.signature
+        parts = [s.property] + [x for x in (s.role, s.runtime_mode) if x != "-"] + [s.what]
+        if s.detail:
+            parts.append(s.detail)
+        head = "-".join(parts)
+        where = "+".join(st.field if st.values == ("True",) else f"{st.field}={'|'.join(st.values)}"
+                         for st in self.settings) or "defaults"
+        return re.sub(r"[^A-Za-z0-9_=|+-]+", "-", f"{head}--{where}").replace("|", ",").strip("-")[:180]
+
+    @property
+    def length(self) -> int:
+        return len(self.witness.events)
+
+    @property
+    def events_text(self) -> str:
+        return " → ".join(describe_event(e) for e in self.witness.events)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "title": self.title, **self.signature.to_json(),
+                "settings": [s.to_json() for s in self.settings],
+                "witness": {"length": self.length, "step": self.step, "message": self.message,
+                            "scenario": self.witness.scenario.to_json(),
+                            "events": [event_to_json(e) for e in self.witness.events]}}
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """The shortest witness of one signature in one scenario class."""
+
+    scenario_index: int
+    scenario: Scenario
+    events: tuple
+    step: int
+    message: str
+
+
+def _merge(groups: list[tuple[dict[str, frozenset], Occurrence]]) -> list[tuple[dict[str, frozenset], Occurrence]]:
+    """Settings that differ in one field's value only are one cause: the values are joined."""
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(groups)):
+            for j in range(i + 1, len(groups)):
+                a, b = groups[i][0], groups[j][0]
+                if a.keys() != b.keys():
+                    continue
+                differing = [k for k in a if a[k] != b[k]]
+                if len(differing) == 1:
+                    k = differing[0]
+                    best = min(groups[i][1], groups[j][1], key=lambda o: (len(o.events), o.scenario_index))
+                    groups[i] = ({**a, k: a[k] | b[k]}, best)
+                    del groups[j]
+                    changed = True
+                    break
+            if changed:
+                break
+    return groups
+
+
+def classes_from(occurrences: dict[Signature, list[Occurrence]], make_trace) -> list[ViolationClass]:
+    """Minimal settings per signature, merged, each with its shortest witness.
+    ``make_trace(occurrence, signature)`` records the witness as a trace."""
+    out = []
+    for sig, occs in occurrences.items():
+        shortest: dict[frozenset, Occurrence] = {}
+        for o in sorted(occs, key=lambda o: (len(o.events), o.scenario_index)):
+            shortest.setdefault(frozenset(deviations(o.scenario).items()), o)
+        devs = list(shortest.items())
+        minimal = [(d, o) for d, o in devs if not any(other < d for other, _ in devs)]
+        groups = [({k: frozenset({v}) for k, v in d}, o) for d, o in minimal]
+        for settings, o in _merge(groups):
+            ordered = tuple(Setting(k, tuple(sorted(settings[k]))) for k in sorted(settings, key=_order))
+            out.append(ViolationClass(sig, ordered, make_trace(o, sig), o.step, o.message))
+    return sorted(out, key=lambda c: (c.signature, c.length, c.settings))
+
+
+def of_records(records: list[StepRecord], scenario: Scenario, runner, check) -> list[tuple[Signature, int]]:
+    """Signatures a replayed sequence shows, with the step of each (``check`` judges one record)."""
+    out = []
+    for r in records:
+        for sig, _ in signatures(r, check(r, scenario, runner)):
+            out.append((sig, r.index))
+    return out
+
+
+def of_trace(trace, policy) -> list[ViolationClass]:
+    """The classes a single counterexample shows (a Hypothesis shrink): its scenario's settings,
+    not minimised across scenarios as the explorer's are."""
+    from contract.core.properties import check
+    from contract.core.trace import run_events
+
+    run, _ = run_events(trace.scenario, policy, trace.events)
+    settings = tuple(Setting(k, (v,)) for k, v in sorted(deviations(trace.scenario).items(), key=lambda kv: _order(kv[0])))
+    out, seen = [], set()
+    for r in run.records:
+        for sig, v in signatures(r, check(r, trace.scenario, policy.runner)):
+            if sig not in seen and sig.property != HALT:
+                seen.add(sig)
+                out.append(ViolationClass(sig, settings, trace, r.index, v.message if v else ""))
+    return out

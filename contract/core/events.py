@@ -1,0 +1,147 @@
+"""The events the verifier sequences: the MRV1/MRV2 start-up steps and the serving steps.
+
+Start-up follows the worker's call order (spec §8.3): ``load_model``, the first forward
+(``profile_run``, where Dynamo compiles), optionally ``profile_cudagraph_memory``, the mode
+resolution in ``initialize_kv_cache``, then ``capture_model``. Capture windows
+(``set_cudagraph_capturing_enabled``) and ``clear_all_graphs`` happen inside the two capture
+steps exactly where vLLM puts them, so a capture outside a window is a finding, not an artefact
+of an order vLLM never runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """``GPUModelRunner.load_model``: wrappers installed from the load-time mode (``:5128-5165``)."""
+
+    kind: ClassVar[str] = "load_model"
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    """``profile_run`` → ``_dummy_run(is_profile=True)``: the first forward, a NONE dispatch, where
+    Dynamo compiles and decides the inner PIECEWISE wrappers from the current mode (spec §5.1)."""
+
+    kind: ClassVar[str] = "profile_run"
+
+
+@dataclass(frozen=True)
+class ProfileCudagraphMemory:
+    """``profile_cudagraph_memory`` (``gpu_model_runner.py:6661-6828`` in 0.30.0): first resolve,
+    capture window, at most two descriptors per mode, window closed, all graphs of both wrapper
+    classes cleared, target dispatcher keys cleared."""
+
+    kind: ClassVar[str] = "profile_cudagraph_memory"
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """``_check_and_update_cudagraph_mode`` (``:6760-6815``): resolve the mode against the minimum
+    attention-backend support, then initialise the target and drafter dispatcher keys."""
+
+    kind: ClassVar[str] = "resolve"
+
+
+@dataclass(frozen=True)
+class CaptureModel:
+    """``capture_model`` (``:6830-6935``): window opened, every ``get_capture_descs()`` descriptor
+    captured (PIECEWISE first), the drafter's ``dummy_run`` after each, window closed."""
+
+    kind: ClassVar[str] = "capture_model"
+
+
+@dataclass(frozen=True)
+class ExecuteModel:
+    """A target batch: ``_determine_batch_execution_and_padding`` → dispatch → forward."""
+
+    num_tokens: int
+    uniform_decode: bool = False
+    force_eager: bool = False
+    kind: ClassVar[str] = "execute_model"
+
+
+@dataclass(frozen=True)
+class Propose:
+    """A drafter batch: ``SpecDecodeBaseProposer`` dispatch (``llm_base_proposer.py:1797-1805``).
+    MRV2 drafts after a target batch of ``num_tokens``; ``uniform_decode``: every request of it has
+    ``uniform_decode_query_len`` tokens, so the draft prefill can take a FULL decode graph
+    (``33:v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py:250-267``). MRV1 ignores it."""
+
+    num_tokens: int
+    uniform_decode: bool = False
+    kind: ClassVar[str] = "propose"
+
+
+Event = Union[LoadModel, ProfileRun, ProfileCudagraphMemory, Resolve, CaptureModel, ExecuteModel, Propose]
+EVENT_TYPES: dict[str, type] = {
+    cls.kind: cls
+    for cls in (LoadModel, ProfileRun, ProfileCudagraphMemory, Resolve, CaptureModel, ExecuteModel, Propose)
+}
+
+
+def event_to_json(event: Event) -> dict:
+    out: dict = {"event": event.kind}
+    if isinstance(event, ExecuteModel):
+        out.update(num_tokens=event.num_tokens, uniform_decode=event.uniform_decode, force_eager=event.force_eager)
+    elif isinstance(event, Propose):
+        out.update(num_tokens=event.num_tokens)
+        if event.uniform_decode:
+            out.update(uniform_decode=True)
+    return out
+
+
+def event_from_json(data: dict) -> Event:
+    if not isinstance(data, dict) or "event" not in data:
+        raise ValueError("each event must be an object with an 'event' name")
+    name = data["event"]
+    cls = EVENT_TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event {name!r}; expected one of: {', '.join(EVENT_TYPES)}")
+    args = {k: v for k, v in data.items() if k != "event"}
+    if cls in (ExecuteModel, Propose):
+        n = args.get("num_tokens")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"event {name}: num_tokens must be a positive integer")
+        for flag in ("uniform_decode", "force_eager"):
+            if flag in args and not isinstance(args[flag], bool):
+                raise ValueError(f"event {name}: {flag} must be true or false")
+        allowed = {"num_tokens", "uniform_decode", "force_eager"} if cls is ExecuteModel else {"num_tokens", "uniform_decode"}
+    else:
+        allowed = set()
+    extra = set(args) - allowed
+    if extra:
+        raise ValueError(f"event {name}: unknown field(s) {', '.join(sorted(extra))}")
+    return cls(**args)
+
+
+def describe_event(event: Event) -> str:
+    if isinstance(event, ExecuteModel):
+        flags = [f"num_tokens={event.num_tokens}"]
+        if event.uniform_decode:
+            flags.append("uniform_decode")
+        if event.force_eager:
+            flags.append("force_eager")
+        return f"execute_model({', '.join(flags)})"
+    if isinstance(event, Propose):
+        return f"propose(num_tokens={event.num_tokens}{', uniform_decode' if event.uniform_decode else ''})"
+    return event.kind
+
+
+__all__ = [
+    "CaptureModel",
+    "Event",
+    "ExecuteModel",
+    "LoadModel",
+    "ProfileCudagraphMemory",
+    "ProfileRun",
+    "Propose",
+    "Resolve",
+]
+
+
+# The worker's start-up order (spec §8.3), as the explorer tries it.
+START_UP = (LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel())

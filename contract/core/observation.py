@@ -1,0 +1,126 @@
+"""What one step shows: per dispatch, the (mode, descriptor) chosen and what every capturing layer
+on the path did. This is the currency the properties judge and the real-code replay compares."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from contract.core.forward_context import BatchDescriptor
+from contract.core.modes import CUDAGraphMode
+
+
+class Action(enum.Enum):
+    PASSED = "passed"  # mode mismatch or NONE: called its runnable
+    CAPTURED = "captured"  # began a capture (first call for the key)
+    REPLAYED = "replayed"  # replayed an entry; its runnable was not called
+    RAISED = "raised"  # a capture attempt raised (capture guard, nested breakable capture)
+
+
+ACTING = (Action.CAPTURED, Action.REPLAYED, Action.RAISED)
+
+
+class LayerKind(enum.Enum):
+    CUDAGraphWrapper = "CUDAGraphWrapper"
+    BreakableCUDAGraphWrapper = "BreakableCUDAGraphWrapper"
+    UBatchWrapper = "UBatchWrapper"
+    compiled = "compiled"  # the compiled model's per-piece CUDAGraphWrapper(PIECEWISE)s, one layer
+    CudaGraphManager = "CudaGraphManager"  # MRV2: FULL graphs owned by the manager
+
+
+@dataclass(frozen=True)
+class LayerAction:
+    layer: str  # "target[0]:CUDAGraphWrapper(FULL)"
+    kind: LayerKind
+    runtime_mode: CUDAGraphMode | None  # the layer's own mode (None: match-any)
+    action: Action
+    depth: int = 0  # capture nesting depth when a capture began (0: outermost)
+    entry_mode: CUDAGraphMode | None = None  # replay: the mode the replayed entry was captured under
+    entry_key: BatchDescriptor | None = None  # replay: the descriptor it was captured for (``Dispatch.key``)
+    error: str | None = None
+    entry_context: str | None = None  # replay: the dispatch context the entry was captured in
+
+    def to_json(self) -> dict:
+        out = {"layer": self.layer, "action": self.action.value}
+        if self.action is Action.CAPTURED:
+            out["depth"] = self.depth
+        if self.entry_mode is not None:
+            out["entry_mode"] = self.entry_mode.name
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    role: str  # "target" or "drafter"
+    context: str  # "profile_run", "profile_cudagraph_memory", "capture_model", "execute_model", "propose"
+    runtime_mode: CUDAGraphMode
+    batch_descriptor: BatchDescriptor
+    layers: tuple[LayerAction, ...]
+    capture_phase: bool  # inside profile_cudagraph_memory or capture_model
+    capturing_enabled: bool | None  # vLLM's process-global capture flag at dispatch time; None: no guard (MRV2)
+    ran_eager: bool  # the raw model ran outside any capture
+    error: str | None = None
+    previously_captured: bool = False  # this (role, mode, descriptor) completed a capture before
+    spec_step_idx: int | None = None  # MRV2 multi-module MTP: the module step this forward ran
+
+    @property
+    def acting(self) -> tuple[LayerAction, ...]:
+        return tuple(a for a in self.layers if a.action in ACTING)
+
+    @property
+    def key(self) -> object:
+        """What a replayed entry must have been captured for: the descriptor, and the module step
+        where one exists."""
+        return self.batch_descriptor if self.spec_step_idx is None else (self.batch_descriptor, self.spec_step_idx)
+
+    def to_json(self) -> dict:
+        out = {
+            "role": self.role,
+            "context": self.context,
+            "runtime_mode": self.runtime_mode.name,
+            "batch_descriptor": self.batch_descriptor.to_json(),
+            "layers": [a.to_json() for a in self.layers],
+            "capture_phase": self.capture_phase,
+            "ran_eager": self.ran_eager,
+        }
+        if self.spec_step_idx is not None:
+            out["spec_step_idx"] = self.spec_step_idx
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One event's outcome. ``stacks``/``unwrap`` after ``load_model``; ``cudagraph_mode`` after a
+    resolve; ``halted`` when vLLM would stop (a config/resolve rejection or a raised capture)."""
+
+    index: int
+    event: object
+    dispatches: tuple[Dispatch, ...] = ()
+    stacks: dict[str, str] = field(default_factory=dict)
+    unwrap: dict[str, str] = field(default_factory=dict)
+    cudagraph_mode: CUDAGraphMode | None = None
+    drafter_cudagraph_mode: CUDAGraphMode | None = None
+    halted: str | None = None
+    changes: tuple[str, ...] = ()  # model-state changes, for reports
+
+    def to_json(self) -> dict:
+        from contract.core.events import event_to_json
+
+        out: dict = {"event": event_to_json(self.event)}
+        if self.stacks:
+            out["stacks"] = dict(self.stacks)
+        if self.unwrap:
+            out["unwrap"] = dict(self.unwrap)
+        if self.cudagraph_mode is not None:
+            out["cudagraph_mode"] = self.cudagraph_mode.name
+        if self.drafter_cudagraph_mode is not None:
+            out["drafter_cudagraph_mode"] = self.drafter_cudagraph_mode.name
+        if self.dispatches:
+            out["dispatches"] = [d.to_json() for d in self.dispatches]
+        if self.halted:
+            out["halted"] = self.halted
+        return out

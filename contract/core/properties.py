@@ -1,0 +1,185 @@
+"""The contract, as named checks over one step's observations.
+
+Each check returns the violations a step shows. They are judged per step, in the order the runner
+produced the dispatches, so the first violation found is the first one a user would hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contract.core.events import LoadModel
+from contract.core.modes import FULL, NONE, PIECEWISE
+from contract.core.observation import Action, Dispatch, LayerKind, StepRecord
+from contract.core.scenario import Runner, Scenario
+
+
+@dataclass(frozen=True)
+class Violation:
+    property: str
+    step: int
+    message: str
+    dispatch: int | None = None  # index into the step's dispatches
+
+    def to_json(self) -> dict:
+        out = {"property": self.property, "step": self.step, "message": self.message}
+        if self.dispatch is not None:
+            out["dispatch"] = self.dispatch
+        return out
+
+
+@dataclass(frozen=True)
+class Property:
+    id: str
+    name: str
+    protects: str
+    check: Callable[[Scenario, Runner, StepRecord], list[Violation]]
+
+
+def _per_dispatch(fn: Callable[[Scenario, Runner, Dispatch], str | None], pid: str):
+    def check(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+        out = []
+        for i, d in enumerate(record.dispatches):
+            message = fn(scenario, runner, d)
+            if message:
+                out.append(Violation(pid, record.index, message, i))
+        return out
+
+    return check
+
+
+def _where(d: Dispatch) -> str:
+    return f"{d.role} {d.context} {d.runtime_mode.name} {d.batch_descriptor}"
+
+
+def one_capturer(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    if d.runtime_mode == NONE:
+        return None
+    acting = d.acting
+    if not acting:
+        return f"{_where(d)}: no layer captured or replayed it (silent eager fallback)"
+    if len(acting) > 1:
+        return f"{_where(d)}: {len(acting)} capturing layers ({', '.join(a.layer for a in acting)}): nested capture"
+    return None
+
+
+def none_is_eager(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    if d.runtime_mode == NONE and d.acting:
+        return f"{_where(d)}: {d.acting[0].layer} {d.acting[0].action.value} a NONE dispatch"
+    return None
+
+
+def _intended(scenario: Scenario, runner: Runner, d: Dispatch) -> tuple[str, Callable]:
+    if d.runtime_mode == FULL:
+        # MRV1 installs CUDAGraphWrapper(FULL); MRV2 has no such wrapper and its manager owns FULL graphs.
+        if any(a.kind is LayerKind.CudaGraphManager for a in d.layers):
+            return "the CudaGraphManager", lambda a: a.kind is LayerKind.CudaGraphManager
+        return "CUDAGraphWrapper(FULL)", lambda a: a.kind is LayerKind.CUDAGraphWrapper and a.runtime_mode == FULL
+    if scenario.breakable:
+        return "a BreakableCUDAGraphWrapper", lambda a: a.kind is LayerKind.BreakableCUDAGraphWrapper
+    return "the compiled PIECEWISE wrappers", lambda a: a.kind is LayerKind.compiled
+
+
+def capturer_identity(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    if d.runtime_mode not in (FULL, PIECEWISE) or not d.acting:
+        return None
+    wanted, ok = _intended(scenario, runner, d)
+    first = d.acting[0]
+    if not ok(first):
+        return f"{_where(d)}: {first.action.value} by {first.layer}, intended {wanted}"
+    return None
+
+
+def capture_legality(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    if d.capture_phase:
+        return None
+    for a in d.acting:
+        if a.action is Action.RAISED and a.error and "inappropriate time" in a.error:
+            return f"{_where(d)}: {a.layer} tried to capture outside capture_model: {a.error}"
+        if a.action is Action.CAPTURED and d.capturing_enabled is None:
+            return (f"{_where(d)}: {a.layer} captured at runtime, outside capture_model and memory profiling: "
+                    "a silent runtime capture (this runner has no capture guard)")
+        if a.action is Action.CAPTURED:
+            return f"{_where(d)}: {a.layer} captured outside capture_model (capture flag still on)"
+    return None
+
+
+def replay_stability(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    for a in d.acting:
+        if (a.action is Action.REPLAYED and a.entry_context == "profile_cudagraph_memory"
+                and d.context != "profile_cudagraph_memory"):
+            return (f"{_where(d)}: {a.layer} replayed a graph captured during memory profiling, whose pool "
+                    "profile_cudagraph_memory discards")
+        if a.action is Action.REPLAYED and (a.entry_mode != d.runtime_mode or a.entry_key != d.key):
+            return (
+                f"{_where(d)}: {a.layer} replayed an entry captured for "
+                f"{a.entry_mode.name} {a.entry_key}"
+            )
+        if a.action in (Action.CAPTURED, Action.RAISED) and d.previously_captured:
+            return f"{_where(d)}: captured before, {a.layer} captures it again"
+    return None
+
+
+def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    if not isinstance(record.event, LoadModel):
+        return []
+    out = []
+    for role, raw in (("target", "model"), ("drafter", "drafter.model")):
+        got = record.unwrap.get(role)
+        if got is not None and got != raw:
+            out.append(Violation("P6", record.index, f"get_model() of the {role} returns {got}, not the raw {raw}"))
+    return out
+
+
+PROPERTIES: dict[str, Property] = {
+    p.id: p
+    for p in (
+        Property("P1", "one-capturer",
+                 "every non-NONE dispatch is captured or replayed by exactly one capturing layer: 0 is a "
+                 "silent eager fallback, 2 or more a nested capture",
+                 _per_dispatch(one_capturer, "P1")),
+        Property("P2", "none-is-eager", "a NONE dispatch reaches no capturing layer",
+                 _per_dispatch(none_is_eager, "P2")),
+        Property("P3", "capturer-identity",
+                 "FULL is captured by CUDAGraphWrapper(FULL) (MRV2: the CudaGraphManager); PIECEWISE by the "
+                 "breakable wrapper when VLLM_USE_BREAKABLE_CUDAGRAPH=1, else by the compiled piecewise wrappers",
+                 _per_dispatch(capturer_identity, "P3")),
+        Property("P4", "capture-legality",
+                 "no capture outside profile_cudagraph_memory/capture_model; MRV1 raises 'CUDA graph capturing "
+                 "detected at an inappropriate time' once the window is closed, MRV2 has no guard and "
+                 "captures silently",
+                 _per_dispatch(capture_legality, "P4")),
+        Property("P5", "replay-stability",
+                 "a repeated (mode, descriptor) replays the graph captured for it: no re-capture, no replay of "
+                 "an entry captured under another mode, descriptor or module step, or into memory "
+                 "profiling's discarded pool",
+                 _per_dispatch(replay_stability, "P5")),
+        Property("P6", "unwrap", "get_model()/unwrap() of the target and drafter stacks reaches the raw model",
+                 unwrap_reaches_raw),
+    )
+}
+
+
+def check(record: StepRecord, scenario: Scenario, runner: Runner, only: frozenset[str] | None = None) -> list[Violation]:
+    out: list[Violation] = []
+    for pid, prop in PROPERTIES.items():
+        if only is None or pid in only:
+            out.extend(prop.check(scenario, runner, record))
+    return out
+
+
+def verdict_difference(mine: list[Violation], theirs: list[Violation], record, base_record, base_name: str) -> Violation | None:
+    """How a mutant's step differs from its base's: a property violated by one only, or a halt."""
+    mine_ids, theirs_ids = {v.property for v in mine}, {v.property for v in theirs}
+    for v in mine:
+        if v.property not in theirs_ids:
+            return Violation(v.property, v.step, f"new violation (not under {base_name}): {v.message}", v.dispatch)
+    for v in theirs:
+        if v.property not in mine_ids:
+            return Violation(v.property, v.step, f"masks a violation of {base_name}: {v.message}", v.dispatch)
+    if (record.halted is None) != (base_record.halted is None):
+        which = record.halted or base_record.halted
+        side = "the mutant" if record.halted else base_name
+        return Violation("halt", record.index, f"only {side} stops here: {which}")
+    return None

@@ -1,0 +1,272 @@
+"""The settings that decide the wrapper stacks and the dispatches, and what vLLM's config-time
+normalisation (``VllmConfig.__post_init__``) makes of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+from contract.core.modes import FULL, FULL_AND_PIECEWISE, NONE, PIECEWISE, AttentionCGSupport, CompilationMode, CUDAGraphMode
+
+# Capture sizes every scenario uses. Batch sizes are abstracted to the classes the dispatcher
+# distinguishes against them (`v1/cudagraph_dispatcher.py:71-108`): padded up to 2, exactly 2,
+# padded up to 4, exactly 4, above the largest capture size.
+CUDAGRAPH_CAPTURE_SIZES: tuple[int, ...] = (2, 4)
+MAX_NUM_SEQS = 4
+NUM_TOKENS_DOMAIN: tuple[int, ...] = (1, 2, 3, 4, 5)
+
+
+class Runner(enum.Enum):
+    """Model Runner V1 (``v1/worker/gpu_model_runner.py``) or V2 (``v1/worker/gpu/``)."""
+
+    MRV1 = "MRV1"
+    MRV2 = "MRV2"
+
+
+class DrafterKind(enum.Enum):
+    """Speculative-decoding proposer, by what ``load_model`` can wrap (spec §7).
+
+    ``WITH_MODEL``: EAGLE/MTP/draft-model proposers (a ``.model`` and a ``CudagraphDispatcher``).
+    ``WITHOUT_MODEL``: n-gram/suffix proposers (no ``.model``, no dispatcher, never dispatch).
+    """
+
+    NONE = "none"
+    WITH_MODEL = "with_model"
+    WITHOUT_MODEL = "without_model"
+
+
+class Speculator(enum.Enum):
+    """Which MRV2 speculator serves a drafter with a model (``33:v1/worker/gpu/spec_decode/__init__.py:14-94``,
+    ``34:…/__init__.py:18-49``); MRV1 has one proposer class for all of them (``DrafterKind.WITH_MODEL``).
+
+    ``EAGLE``: ``TargetDependentARSpeculator`` (eagle, eagle3, single-module ``mtp``, Gemma4 MTP).
+    ``MULTI_MODULE_MTP``: one module per speculative step. ``DFLASH``: the DFlash family (DFlash,
+    DFlash2, XPress, LiLiCorr, DSpark). ``STANDALONE_AR``: a separate draft model (``draft_model``).
+    """
+
+    EAGLE = "eagle"
+    MULTI_MODULE_MTP = "multi_module_mtp"
+    DFLASH = "dflash"
+    STANDALONE_AR = "standalone_ar"
+
+
+class SplittingOps(enum.Enum):
+    """``compilation_config.splitting_ops`` as the user sets it (``config/compilation.py:1147``)."""
+
+    DEFAULT = "default"  # None: all attention ops under VLLM_COMPILE, [] otherwise
+    ATTENTION = "attention"  # an explicit list holding every attention op
+    EMPTY = "empty"  # an explicit []
+
+
+class ConfigRevision(enum.Enum):
+    """Which ``VllmConfig.__post_init__`` drops piecewise modes without compilation.
+
+    ``V0_29``: to NONE (``config/vllm.py:1469-1480`` in 0.29.0).
+    ``V0_30``: ``without_piecewise()`` (``_normalize_piecewise_cudagraph_mode``,
+    ``config/vllm.py:1129-1149`` in 0.33.0), from PR #55095/#56191.
+    """
+
+    V0_29 = "0.29"
+    V0_30 = "0.30"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a vLLM user sets. Field names follow vLLM's config fields."""
+
+    runner: Runner = Runner.MRV1
+    breakable: bool = False  # VLLM_USE_BREAKABLE_CUDAGRAPH=1
+    ubatching: bool = False  # parallel_config.use_ubatching (DBO / ubatch_size > 1)
+    cudagraph_mode: CUDAGraphMode = FULL_AND_PIECEWISE
+    compilation_mode: CompilationMode = CompilationMode.VLLM_COMPILE
+    splitting_ops: SplittingOps = SplittingOps.DEFAULT
+    drafter: DrafterKind = DrafterKind.NONE
+    attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS  # minimum over backends
+    spec_enforce_eager: bool = False  # speculative_config.enforce_eager
+    uniform_decode_query_len: int = 1  # 1 + num_speculative_tokens
+    # Settings only MRV2's model reads (see RUNNER_SCOPE); written to JSON only when not the default.
+    speculator: Speculator = Speculator.EAGLE
+    model_compiled: bool = True  # the model class has an active @support_torch_compile submodule
+    draft_compiled: bool = True  # the draft model class has one (lead L2)
+    adaptive_verification: bool = False  # speculative_config.enable_adaptive_verification
+    # cache_config.enable_extensible_kv_cache as settled by VllmConfig.__post_init__: on by default
+    # on CUDA (34:config/vllm.py:3252-3254), off with --no-enable-extensible-kv-cache (and where
+    # vLLM finds it unsupported). Only 0.34.0's MRV2 reads it; 0.33.0 has no such setting.
+    extensible_kv_cache: bool = True
+
+    def __post_init__(self) -> None:
+        problem = self.problem()
+        if problem:
+            raise ValueError(f"invalid scenario: {problem}")
+
+    def problem(self) -> str | None:
+        has_spec = self.drafter is not DrafterKind.NONE
+        if has_spec and self.uniform_decode_query_len < 2:
+            return "a drafter proposes at least one token: uniform_decode_query_len must be >= 2"
+        if not has_spec and self.uniform_decode_query_len != 1:
+            return "without a drafter uniform_decode_query_len is 1"
+        if self.spec_enforce_eager and not has_spec:
+            return "spec_enforce_eager needs a drafter"
+        if self.drafter is not DrafterKind.WITH_MODEL and (self.speculator is not Speculator.EAGLE
+                                                           or not self.draft_compiled):
+            return "speculator and draft_compiled describe a drafter with a model"
+        if self.adaptive_verification and not has_spec:
+            return "adaptive_verification needs a drafter"
+        scope = RUNNER_SCOPE[self.runner]
+        if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
+            return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
+        for name in scope["unmodelled"]:
+            if getattr(self, name) != _DEFAULTS[name]:
+                return f"{name} is outside the modelled {self.runner.name} space"
+        return None
+
+    def to_json(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in OPTIONAL_FIELDS and v == f.default:
+                continue
+            out[f.name] = v.name if isinstance(v, enum.Enum) else v
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Scenario:
+        from contract.core.modes import parse_enum
+
+        if not isinstance(data, dict):
+            raise ValueError("scenario must be a JSON object")
+        kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(kinds)
+        if unknown:
+            raise ValueError(f"unknown scenario field(s): {', '.join(sorted(unknown))}")
+        enums = {
+            "runner": Runner,
+            "cudagraph_mode": CUDAGraphMode,
+            "compilation_mode": CompilationMode,
+            "splitting_ops": SplittingOps,
+            "drafter": DrafterKind,
+            "attention_support": AttentionCGSupport,
+            "speculator": Speculator,
+        }
+        kwargs = {}
+        for name, value in data.items():
+            if name in enums:
+                kwargs[name] = parse_enum(enums[name], value)
+            elif name == "uniform_decode_query_len":
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ValueError("scenario field uniform_decode_query_len must be an integer")
+                kwargs[name] = value
+            else:
+                if not isinstance(value, bool):
+                    raise ValueError(f"scenario field {name} must be true or false")
+                kwargs[name] = value
+        return cls(**kwargs)
+
+
+# Fields added after the first trace format; a trace without them reads as their defaults.
+OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
+
+# What each runner's model covers: settings outside it must keep their defaults.
+RUNNER_SCOPE = {
+    # MRV1 has one proposer class and compiles every decorated model alike.
+    Runner.MRV1: {"max_uniform_decode_query_len": 3, "unmodelled": OPTIONAL_FIELDS},
+    # MRV2's micro-batch runner exists only with DP > 1 and holds FULL graphs only
+    # (``33:v1/worker/gpu/ubatch_utils.py:545-559``).
+    Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ("ubatching",)},
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The parts of ``VllmConfig`` the contract reads, after ``__post_init__``."""
+
+    cudagraph_mode: CUDAGraphMode
+    compilation_mode: CompilationMode
+    splitting_ops_contain_attention: bool
+    cudagraph_capture_sizes: tuple[int, ...]
+    max_cudagraph_capture_size: int
+
+
+class ConfigRejected(Exception):
+    """vLLM refuses the configuration (an assertion or ``ValueError`` at start-up)."""
+
+
+def post_init(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_30) -> Config:
+    """``VllmConfig.__post_init__`` for the modelled settings, in source order (spec §8.1, §5.1, §5.2).
+
+    - breakable on → ``compilation_config.mode = NONE`` (``config/vllm.py:867-869``, called ``:1793``);
+    - piecewise modes without VLLM_COMPILE and without breakable are dropped
+      (``_normalize_piecewise_cudagraph_mode``, ``config/vllm.py:1129-1149``; NONE in 0.29.0);
+    - ``set_splitting_ops_for_v1`` (``config/compilation.py:1162-1258``): without VLLM_COMPILE a
+      ``None`` becomes ``[]``; under VLLM_COMPILE ``None`` becomes every attention op, and an
+      explicit ``[]`` turns PIECEWISE into NONE and FULL_AND_PIECEWISE into FULL;
+    - final CUDA assert: piecewise modes need VLLM_COMPILE or breakable (``config/vllm.py:2166-2178``);
+    - adaptive verification requires full CUDA graphs (``_validate_adaptive_verification``,
+      ``34:config/vllm.py:3283-3288``).
+    """
+    mode = scenario.cudagraph_mode
+    compilation_mode = scenario.compilation_mode
+    sizes = CUDAGRAPH_CAPTURE_SIZES
+    if scenario.breakable:
+        compilation_mode = CompilationMode.NONE
+    if (
+        mode.requires_piecewise_compilation()
+        and compilation_mode != CompilationMode.VLLM_COMPILE
+        and not scenario.breakable
+    ):
+        mode = NONE if revision is ConfigRevision.V0_29 else mode.without_piecewise()
+        if mode == NONE and revision is ConfigRevision.V0_30:
+            sizes = ()
+    if compilation_mode != CompilationMode.VLLM_COMPILE:
+        contains_attention = scenario.splitting_ops is SplittingOps.ATTENTION
+    elif scenario.splitting_ops is SplittingOps.EMPTY:
+        contains_attention = False
+        if mode == PIECEWISE:
+            mode = NONE
+        elif mode == FULL_AND_PIECEWISE:
+            mode = FULL
+    else:
+        contains_attention = True
+    if mode.requires_piecewise_compilation() and not (
+        compilation_mode == CompilationMode.VLLM_COMPILE or scenario.breakable
+    ):
+        raise ConfigRejected(f"cudagraph_mode={mode.name} needs VLLM_COMPILE or breakable")
+    if scenario.adaptive_verification and not mode.has_full_cudagraphs():
+        raise ConfigRejected("Adaptive verification requires full CUDA graphs")
+    return Config(
+        cudagraph_mode=mode,
+        compilation_mode=compilation_mode,
+        splitting_ops_contain_attention=contains_attention,
+        cudagraph_capture_sizes=sizes,
+        max_cudagraph_capture_size=max(sizes) if sizes else 0,
+    )
+
+
+def all_scenarios(runner: Runner = Runner.MRV1) -> list[Scenario]:
+    """Every valid scenario for a runner, vLLM's defaults first (so "simplest" means closest to a
+    default configuration, which is where Hypothesis shrinks to)."""
+    import itertools
+
+    out = []
+    for (breakable, ubatching, mode, compilation_mode, splitting_ops, drafter, support, eager, q) in itertools.product(
+        (False, True),
+        (False, True),
+        (FULL_AND_PIECEWISE, PIECEWISE, FULL, CUDAGraphMode.FULL_DECODE_ONLY, NONE),
+        (CompilationMode.VLLM_COMPILE, CompilationMode.NONE),
+        tuple(SplittingOps),
+        tuple(DrafterKind),
+        tuple(AttentionCGSupport),
+        (False, True),
+        (1, 2, 3),
+    ):
+        fields = dict(runner=runner, breakable=breakable, ubatching=ubatching, cudagraph_mode=mode,
+                      compilation_mode=compilation_mode, splitting_ops=splitting_ops, drafter=drafter,
+                      attention_support=support, spec_enforce_eager=eager, uniform_decode_query_len=q)
+        probe = object.__new__(Scenario)
+        for k, v in {**_DEFAULTS, **fields}.items():
+            object.__setattr__(probe, k, v)
+        if probe.problem() is None:
+            out.append(Scenario(**fields))
+    return out

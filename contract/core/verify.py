@@ -1,0 +1,68 @@
+"""Run the Hypothesis machine against policies and build the verdict table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypothesis import settings as Settings
+
+from contract.core.coverage import cells_of
+from contract.core.expected import expected_holds
+from contract.core.machine import run_machine
+from contract.core.policy import Policy
+from contract.core.properties import PROPERTIES
+from contract.core.stream import seed_for
+from contract.core.trace import Trace, record
+
+
+@dataclass(frozen=True)
+class Verdict:
+    policy: str
+    property: str
+    holds: bool
+    trace: Trace | None = None  # the shrunk counterexample
+    message: str = ""
+
+    @property
+    def length(self) -> int | None:
+        return len(self.trace.events) if self.trace else None
+
+    @property
+    def expected(self) -> bool | None:
+        return expected_holds(self.policy, self.property)
+
+    @property
+    def as_expected(self) -> bool:
+        """A user policy is expected to hold everywhere."""
+        expected = self.expected
+        return self.holds if expected is None else self.holds == expected
+
+
+def verify_policy(policy: Policy, settings: Settings, seed: int | None = None,
+                  progress: Callable[[str], None] | None = None, cells: set | None = None) -> dict[str, Verdict]:
+    """One verdict per property. A run stops at the first violation Hypothesis shrinks to, so the
+    property it shows is recorded and masked, and the machine runs again on the rest until a run
+    finds nothing: the remaining properties held on every example of that run. ``cells``, when
+    given, collects the coverage cells every generated step exercised."""
+    on_step = None
+    if cells is not None:
+        def on_step(scenario, state, rec):
+            cells.update(cells_of(scenario, state, rec))
+    seed = seed_for(settings, seed)
+    remaining = set(PROPERTIES)
+    verdicts: dict[str, Verdict] = {}
+    while remaining:
+        if progress:
+            progress(f"{policy.name}: checking {', '.join(sorted(remaining))}")
+        found = run_machine(policy, settings, frozenset(remaining), seed, on_step=on_step)
+        if found is None:
+            break
+        pid = found.violation.property
+        trace = record(found.scenario, policy, found.events, name=f"{policy.name}-{pid}", prop=pid,
+                       origin={"engine": "hypothesis", "seed": seed})
+        verdicts[pid] = Verdict(policy.name, pid, False, trace, found.violation.message)
+        remaining.discard(pid)
+    for pid in remaining:
+        verdicts[pid] = Verdict(policy.name, pid, True)
+    return {pid: verdicts[pid] for pid in PROPERTIES}

@@ -1,0 +1,144 @@
+"""pytest plugin ``cudagraph_contract``: each violation class a branch adds is a failing test item.
+
+    pytest --cudagraph-contract-vllm-src . --cudagraph-contract-base auto
+
+runs in vLLM's own CI: the tree's ``load_model`` wrapping block is verified exhaustively (the
+explorer) and compared with the base (``--base`` of the command line: a release, a built-in
+policy, a policy file or a tree; ``auto`` by default). Every *new* class becomes an item
+``cudagraph_contract::new::<class>`` whose failure message is the class and its shortest witness;
+with nothing new one passing item says so. ``--cudagraph-contract-profile ci`` also runs the
+Hypothesis machine and fails on a counterexample whose class the base does not show.
+
+Only code the person names runs: the tree given, and ``.py`` policy files given with
+``--cudagraph-contract-policy`` or ``--cudagraph-contract-base``; nothing a trace or report names.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+GROUP = "cudagraph-contract"
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup(GROUP, "vLLM CUDA-graph dispatch contract (cudagraph-contract)")
+    group.addoption("--cudagraph-contract-vllm-src", metavar="PATH", default=None,
+                    help="a vLLM source tree whose load_model wrapping block is checked against the base")
+    group.addoption("--cudagraph-contract-policy", metavar="FILE", action="append", default=[],
+                    help="a .py policy file (or built-in policy name) to check against the base; repeatable")
+    group.addoption("--cudagraph-contract-base", metavar="REV", default="auto",
+                    help="auto (default), a release (0.30.0), a built-in policy, a .py policy file or a vLLM tree")
+    group.addoption("--cudagraph-contract-profile", metavar="NAME", default=None,
+                    help="also run the Hypothesis machine with this profile (ci, dev, thorough)")
+
+
+class ContractItem(pytest.Item):
+    def __init__(self, *, outcome: str | None, **kwargs):
+        super().__init__(**kwargs)
+        self.outcome = outcome  # None: passes; otherwise the failure text
+
+    def runtest(self) -> None:
+        if self.outcome is not None:
+            raise ContractFailure(self.outcome)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ContractFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return GROUP, None, self.name
+
+
+class ContractFailure(Exception):
+    pass
+
+
+def witness_text(c) -> str:
+    return (f"{c.title}\n  shortest witness ({c.length} events): {c.events_text}\n  {c.message}\n"
+            f"  scenario: {c.witness.scenario.to_json()}")
+
+
+def _branches(config):
+    from contract.branch import tree as branch
+    from contract.families import load_policy
+
+    out = []
+    src = config.getoption("--cudagraph-contract-vllm-src")
+    if src:
+        tree = branch.load(src)
+        out.append((tree.policy, tree))
+    out += [(load_policy(spec), None) for spec in config.getoption("--cudagraph-contract-policy")]
+    return out
+
+
+def _items(session, config) -> list[ContractItem]:
+    from contract.branch import base as base_mod
+    from contract.core.classes import of_trace
+    from contract.core.differential import compare, shows
+    from contract.core.policy import PolicyError
+
+    items = []
+    try:
+        branches = _branches(config)
+        for policy, tree in branches:
+            base, chosen = base_mod.resolve(config.getoption("--cudagraph-contract-base"), policy, tree)
+            d = compare(policy, base)
+            config._cudagraph_contract_lines.append(f"{policy.name}: {chosen}; {len(d.new)} new, "
+                                                     f"{len(d.fixed)} fixed, {len(d.inherited)} inherited")
+            for c in d.new:
+                items.append(ContractItem.from_parent(
+                    session, name=f"cudagraph_contract::{policy.name}::new::{c.id}",
+                    outcome=f"new in {policy.name} (not in {base.name}): {witness_text(c)}"))
+            if not d.new:
+                items.append(ContractItem.from_parent(
+                    session, name=f"cudagraph_contract::{policy.name}::nothing-new", outcome=None))
+            profile = config.getoption("--cudagraph-contract-profile")
+            if profile:
+                items += _hypothesis_items(session, policy, base, profile, of_trace, shows)
+    except PolicyError as exc:
+        raise pytest.UsageError(f"cudagraph-contract: {exc}") from None
+    return items
+
+
+def _hypothesis_items(session, policy, base, profile, of_trace, shows) -> list[ContractItem]:
+    from contract.core.profiles import get
+    from contract.core.verify import verify_policy
+
+    try:
+        settings = get(profile)
+    except ValueError as exc:
+        raise pytest.UsageError(f"cudagraph-contract: {exc}") from None
+    items = []
+    for verdict in verify_policy(policy, settings).values():
+        if verdict.trace is None:
+            continue
+        for c in of_trace(verdict.trace, policy):
+            if not shows(base, c.witness.scenario, c.witness.events, c.signature):
+                items.append(ContractItem.from_parent(
+                    session, name=f"cudagraph_contract::{policy.name}::hypothesis::{c.id}",
+                    outcome=f"Hypothesis ({profile}) found a class {base.name} does not show: {witness_text(c)}"))
+    return items
+
+
+def pytest_configure(config) -> None:
+    config._cudagraph_contract_lines = []
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    if config.getoption("--cudagraph-contract-vllm-src") or config.getoption("--cudagraph-contract-policy"):
+        items.extend(_items(session, config))
+
+
+def pytest_report_header(config):
+    if config.getoption("--cudagraph-contract-vllm-src") or config.getoption("--cudagraph-contract-policy"):
+        return [f"cudagraph-contract: base {config.getoption('--cudagraph-contract-base')}"]
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    lines = getattr(config, "_cudagraph_contract_lines", [])
+    if lines:
+        terminalreporter.section("cudagraph-contract")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,102 @@
+"""The traces the conformance replay runs: the regression traces, the counterexamples under
+``reports/``, and a covering set generated from the model.
+
+Each runner family generates its corpus (``contract/runners/*/real/conform.py``): its scenarios
+under one fixed event script: start-up (``load_model``, ``profile_run``, ``profile_cudagraph_memory`` where the runner runs it,
+``resolve``, ``capture_model``), then ``execute_model`` for every token count of the domain,
+uniform or not (uniform only where the count is a multiple of the query length), with and
+without ``force_eager`` at 2 tokens, then ``propose`` for every token count when a drafter with a
+model exists. A trace ends where the model halts.
+
+``cells`` names what a trace exercises: per dispatch, the scenario's config-time class, the
+resolved mode, the role, the runtime mode and the acting layer with its action. ``select``
+keeps, in enumeration order, each trace that adds a cell, so a subset replays every cell the
+full set has.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.policy import Policy
+from contract.core.engine import Run
+from contract.core.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Runner, Scenario
+from contract.core.trace import SCHEMA, Trace
+
+SPEC_QUERY_LENS = (2, 3)
+FORCE_EAGER_AT = 2
+
+
+def file_traces(root: Path) -> list[Path]:
+    """``tests/traces/*.json`` and every trace under ``reports/`` (conformance reports excluded)."""
+    paths = sorted((root / "tests" / "traces").glob("*.json"))
+    reports = root / "reports"
+    for path in sorted(reports.rglob("*.json")) if reports.is_dir() else []:
+        if "conformance" in path.relative_to(reports).parts:
+            continue
+        try:
+            if json.loads(path.read_text(encoding="utf-8")).get("schema") == SCHEMA:
+                paths.append(path)
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            continue
+    return paths
+
+
+def script(scenario: Scenario) -> list:
+    q = scenario.uniform_decode_query_len
+    events: list = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
+    for n in NUM_TOKENS_DOMAIN:
+        for uniform in (False, True) if n % q == 0 else (False,):
+            events.append(ExecuteModel(n, uniform))
+            if n == FORCE_EAGER_AT:
+                events.append(ExecuteModel(n, uniform, force_eager=True))
+    if scenario.drafter is DrafterKind.WITH_MODEL:
+        events.extend(Propose(n) for n in NUM_TOKENS_DOMAIN)
+    return events
+
+
+def runnable_events(scenario: Scenario, policy: Policy) -> list:
+    """The script's events the model's runner takes, up to where it halts."""
+    run = Run(scenario, policy)
+    taken = []
+    for event in script(scenario):
+        if run.state.halted:
+            break
+        if run.can(event):
+            run.apply(event)
+            taken.append(event)
+    return taken
+
+
+def cells(trace: Trace) -> set[tuple]:
+    s = trace.scenario
+    scenario_class = (s.breakable, s.ubatching, s.cudagraph_mode.name, s.compilation_mode.name,
+                      s.splitting_ops.name, s.drafter.name, s.spec_enforce_eager, s.extensible_kv_cache)
+    if s.runner is Runner.MRV2 and s.drafter is DrafterKind.WITH_MODEL:
+        # MRV2 builds a different speculator per method, each with its own managers and steps.
+        scenario_class += (s.speculator.name,)
+    resolved = None
+    out: set[tuple] = set()
+    for step in trace.expected_steps:
+        resolved = step.get("cudagraph_mode", resolved)
+        for d in step.get("dispatches", []):
+            acting = tuple((layer["layer"], layer["action"]) for layer in d["layers"] if layer["action"] != "passed")
+            out.add((scenario_class, resolved, d["role"], d["runtime_mode"], acting, d["ran_eager"]))
+        if step.get("halted"):
+            out.add((scenario_class, resolved, "halted", step["halted"]))
+    return out
+
+
+def select(traces: Iterator[Trace]) -> list[Trace]:
+    seen: set[tuple] = set()
+    kept = []
+    for trace in traces:
+        new = cells(trace) - seen
+        if new:
+            seen |= new
+            kept.append(trace)
+    return kept
+

@@ -1,0 +1,197 @@
+"""A vLLM source tree as a policy: ``cudagraph-contract verify --vllm-src PATH``.
+
+The tree's ``GPUModelRunner.load_model`` wrapping block (``v1/worker/gpu_model_runner.py``, the
+statements from ``cudagraph_mode = self.compilation_config.cudagraph_mode`` to the end:
+``:5456-5495`` in 0.30.0, ``:5511-5541`` in 0.29.0) is read with ``conformance/wrapping.py``. A
+block whose fingerprint is a known revision is verified as that revision's built-in policy. Any
+other block is run as the policy itself: compiled as a function of ``self`` whose free names are
+bound to adapters that build this project's stack nodes, and called on a stand-in runner for each
+``LoadContext``. Nothing is imported from the tree, so it needs no torch and no installed vLLM.
+
+What the block does not say is read from the same tree: whether ``CUDAGraphWrapper.unwrap``
+(``compilation/cuda_graph.py:222-226``) and ``BreakableCUDAGraphWrapper.unwrap``
+(``compilation/breakable_cudagraph.py:303-306``) recurse, whether ``BreakableCUDAGraphWrapper``
+takes ``runtime_mode`` (``breakable_cudagraph.py:274-279``; 0.29.0's ``:268-272`` does not), and
+the config revision (``VllmConfig._normalize_piecewise_cudagraph_mode``, ``config/vllm.py:1010``,
+first in 0.30.0).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import types
+from pathlib import Path
+
+from contract.runners.mrv1.model import wrappers as stack
+from contract.runners.mrv1.real import wrapping
+from contract.core.modes import CUDAGraphMode
+from contract.core.policy import Branch, BranchError
+from contract.runners.mrv1.model.wrappers import LoadContext
+from contract.runners.mrv1.model.policy import Policy
+from contract.runners.mrv1.model.policy_file import built_in
+from contract.core.scenario import ConfigRevision
+
+RUNNER_FILE = "v1/worker/gpu_model_runner.py"
+CUDA_GRAPH_FILE = "compilation/cuda_graph.py"
+BREAKABLE_FILE = "compilation/breakable_cudagraph.py"
+CONFIG_FILE = "config/vllm.py"
+# What verify --vllm-src reads of an MRV1 tree.
+READS = (RUNNER_FILE, CUDA_GRAPH_FILE, BREAKABLE_FILE, CONFIG_FILE)
+
+# The free names of the wrapping block; each is bound below. A block reading any other name is
+# refused rather than run against a guess.
+BOUND = {"CUDAGraphMode", "CUDAGraphWrapper", "BreakableCUDAGraphWrapper", "UBatchWrapper",
+         "is_breakable_cudagraph_enabled", "get_offloader"}
+
+
+def _parse(pkg: Path, rel: str) -> ast.Module:
+    path = pkg / rel
+    if not path.is_file():
+        raise BranchError(f"{pkg}: no vllm/{rel}; --vllm-src reads it alongside vllm/{RUNNER_FILE}")
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        raise BranchError(f"{path} cannot be parsed: {type(exc).__name__}: {exc}") from None
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return item
+    return None
+
+
+def unwrap_recurses(tree: ast.Module, cls: str) -> bool:
+    """``unwrap`` calls ``.unwrap()`` on its runnable (0.30.0) instead of returning it (0.29.0)."""
+    method = _method(tree, cls, "unwrap")
+    return method is not None and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "unwrap"
+        for n in ast.walk(method))
+
+
+def takes_runtime_mode(tree: ast.Module, cls: str) -> bool:
+    init = _method(tree, cls, "__init__")
+    return init is not None and any(a.arg == "runtime_mode" for a in init.args.args + init.args.kwonlyargs)
+
+
+def config_revision(tree: ast.Module) -> ConfigRevision:
+    has = any(isinstance(n, ast.FunctionDef) and n.name == "_normalize_piecewise_cudagraph_mode"
+              for n in ast.walk(tree))
+    return ConfigRevision.V0_30 if has else ConfigRevision.V0_29
+
+
+def _free_names(statements: list[ast.stmt]) -> set[str]:
+    loaded, stored = set(), {"self"}
+    for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+    return loaded - stored - set(dir(builtins))
+
+
+def _adapters(cuda_graph_recurses: bool, breakable_recurses: bool, breakable_runtime_mode: bool) -> dict:
+    """vLLM's constructor signatures (``cuda_graph.py:178-184``, ``breakable_cudagraph.py:274-279``,
+    ``gpu_ubatch_wrapper.py:66-72``) building ``contract.runners.mrv1.model.wrappers`` nodes; ``vllm_config`` and
+    ``device`` are dropped, an argument the branch's class would refuse is a ``TypeError`` here too."""
+
+    def CUDAGraphWrapper(runnable, vllm_config, runtime_mode, cudagraph_options=None):
+        return stack.CUDAGraphWrapper(runnable, runtime_mode, recursive_unwrap=cuda_graph_recurses)
+
+    if breakable_runtime_mode:
+        def BreakableCUDAGraphWrapper(runnable, vllm_config, runtime_mode=None):
+            return stack.BreakableCUDAGraphWrapper(runnable, runtime_mode, recursive_unwrap=breakable_recurses)
+    else:
+        def BreakableCUDAGraphWrapper(runnable, vllm_config):
+            return stack.BreakableCUDAGraphWrapper(runnable, None, recursive_unwrap=breakable_recurses)
+
+    def UBatchWrapper(runnable, vllm_config, runtime_mode, device):
+        return stack.UBatchWrapper(runnable, runtime_mode)
+
+    # get_offloader().post_init() (gpu_model_runner.py:5495) moves no graph-relevant state.
+    offloader = types.SimpleNamespace(post_init=lambda: None)
+    return {"CUDAGraphMode": CUDAGraphMode, "CUDAGraphWrapper": CUDAGraphWrapper,
+            "BreakableCUDAGraphWrapper": BreakableCUDAGraphWrapper, "UBatchWrapper": UBatchWrapper,
+            "get_offloader": lambda: offloader}
+
+
+def check_calls(statements: list[ast.stmt], adapters: dict, where: str) -> None:
+    """Every wrapper construction in the block binds to the branch's signature; a call its class
+    would refuse (``runtime_mode=`` on 0.29.0's breakable wrapper) is reported before any run."""
+    for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith("Wrapper"):
+            try:
+                inspect.signature(adapters[node.func.id]).bind(
+                    *node.args, **{k.arg: k.value for k in node.keywords if k.arg})
+            except TypeError as exc:
+                raise BranchError(f"{where}: line {node.lineno}: {node.func.id}(...) does not match the "
+                                  f"branch's class: {exc}") from None
+
+
+def _compile(statements: list[ast.stmt], path: str) -> types.CodeType:
+    """The block as ``def load_model_wrapping(self)``, as ``wrapping.load`` builds it."""
+    function = ast.FunctionDef(
+        name="load_model_wrapping",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="self")], vararg=None, kwonlyargs=[],
+                           kw_defaults=[], kwarg=None, defaults=[]),
+        body=statements, decorator_list=[], returns=None, type_params=[])
+    ast.copy_location(function, statements[0])
+    tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+    namespace: dict = {}
+    exec(compile(tree, path, "exec"), namespace)
+    return namespace["load_model_wrapping"].__code__
+
+
+def block_policy(statements: list[ast.stmt], path: str, name: str, adapters: dict,
+                 revision: ConfigRevision, source: str) -> Policy:
+    code = _compile(statements, path)
+
+    def load_model(ctx: LoadContext) -> stack.Stacks:
+        # The stand-in runner holds what the block reads (GPUModelRunner.__init__, :551, :705-710);
+        # a drafter without a .model (ngram) wraps like no drafter, so it is left out.
+        runner = types.SimpleNamespace(
+            compilation_config=types.SimpleNamespace(cudagraph_mode=ctx.cudagraph_mode),
+            parallel_config=types.SimpleNamespace(use_ubatching=ctx.use_ubatching),
+            vllm_config=None, device="cpu", model=ctx.model)
+        if ctx.drafter_model is not None:
+            runner.drafter = types.SimpleNamespace(model=ctx.drafter_model)
+        # Fresh globals per call: is_breakable_cudagraph_enabled() answers for this context only.
+        env = {**adapters, "__builtins__": builtins, "is_breakable_cudagraph_enabled": lambda: ctx.breakable}
+        types.FunctionType(code, env)(runner)
+        drafter = getattr(runner, "drafter", None)
+        return stack.Stacks(runner.model, None if drafter is None else drafter.model)
+
+    return Policy(name=name, load_model=load_model, config_revision=revision,
+                  description=f"the load_model wrapping block of {path}, run as a policy", source=source)
+
+
+def load(pkg: Path, given: Path, *, as_policy: bool = False) -> Branch:
+    """The block of the tree whose ``vllm/`` package is ``pkg`` (given as ``given``) as a policy;
+    ``as_policy`` runs a known block too instead of mapping it."""
+    runner_path = str(pkg / RUNNER_FILE)
+    source = (pkg / RUNNER_FILE).read_text(encoding="utf-8", errors="replace")
+    try:
+        statements = wrapping.block_statements(source, runner_path)
+    except SyntaxError as exc:
+        raise BranchError(f"{runner_path} cannot be parsed: {exc}") from None
+    except wrapping.WrappingBlockNotFound as exc:
+        raise BranchError(str(exc)) from None
+    where = f"{runner_path}:{statements[0].lineno}-{statements[-1].end_lineno or statements[-1].lineno}"
+    known = wrapping.KNOWN_REVISIONS.get(wrapping.digest(statements))
+    if known is not None and not as_policy:
+        release, policy_name = known
+        return Branch(built_in(policy_name), where, release)
+    unknown = _free_names(statements) - BOUND
+    if unknown:
+        raise BranchError(f"{where}: the wrapping block reads {', '.join(sorted(unknown))}, "
+                          "which --vllm-src does not model")
+    cuda_graph, breakable = _parse(pkg, CUDA_GRAPH_FILE), _parse(pkg, BREAKABLE_FILE)
+    adapters = _adapters(unwrap_recurses(cuda_graph, "CUDAGraphWrapper"),
+                         unwrap_recurses(breakable, "BreakableCUDAGraphWrapper"),
+                         takes_runtime_mode(breakable, "BreakableCUDAGraphWrapper"))
+    check_calls(statements, adapters, where)
+    policy = block_policy(statements, runner_path, f"branch@{given.resolve().name}", adapters,
+                          config_revision(_parse(pkg, CONFIG_FILE)), str(given))
+    return Branch(policy, where, None)

@@ -1,0 +1,196 @@
+"""Model Runner V1's mutants: its policies' wrapping rules, the wrappers, the dispatcher, resolve,
+compile timing and the capture window, each changed in one place (``contract/core/mutant.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from contract.core import resolve
+from contract.core.forward_context import BatchDescriptor
+from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
+from contract.core.mutant import Mutant, replacing
+from contract.runners.mrv1.model import cudagraph_dispatcher as dispatcher
+from contract.runners.mrv1.model.wrappers import (
+    BreakableCUDAGraphWrapper,
+    CUDAGraphWrapper,
+    LoadContext,
+    Stacks,
+    UBatchWrapper,
+    wrapper_acts,
+)
+
+
+def _wrap_0_30(ctx: LoadContext, *, breakable_mode=PIECEWISE, wrap_drafter=True, full_outside=True,
+               elif_=False, recursive_unwrap=True, breakable_under_ubatching=False) -> Stacks:
+    """vllm_0_30's load_model with one knob turned."""
+    model, drafter = ctx.model, ctx.drafter_model
+    mode = ctx.cudagraph_mode
+    installed = False
+    if ctx.breakable and mode != NONE and (breakable_under_ubatching or not ctx.use_ubatching):
+        installed = True
+        if full_outside:
+            model = BreakableCUDAGraphWrapper(model, runtime_mode=breakable_mode, recursive_unwrap=recursive_unwrap)
+        if wrap_drafter and drafter is not None:
+            drafter = BreakableCUDAGraphWrapper(drafter, runtime_mode=breakable_mode, recursive_unwrap=recursive_unwrap)
+    if mode.has_full_cudagraphs() and not ctx.use_ubatching and not (elif_ and installed):
+        model = CUDAGraphWrapper(model, runtime_mode=FULL, recursive_unwrap=recursive_unwrap)
+    elif ctx.use_ubatching:
+        model = UBatchWrapper(model, FULL if mode.has_full_cudagraphs() else NONE)
+    if installed and not full_outside:
+        model = BreakableCUDAGraphWrapper(model, runtime_mode=breakable_mode, recursive_unwrap=recursive_unwrap)
+    return Stacks(model, drafter)
+
+
+def _load(**knobs):
+    def build(base, m: Mutant):
+        return base.mutate(m.name, m.description, load_model=lambda ctx: _wrap_0_30(ctx, **knobs))
+    return build
+
+
+def _breakable_acts_on_none(node, mode: CUDAGraphMode) -> bool:
+    if isinstance(node, BreakableCUDAGraphWrapper):
+        return node.runtime_mode is None or mode in (NONE, node.runtime_mode)
+    return wrapper_acts(node, mode)
+
+
+def _key_by_num_tokens(kind, mode, desc):
+    return desc.num_tokens
+
+
+def _never_stored(kind, mode, desc):
+    return None  # no entry is kept: every call captures afresh
+
+
+def _mislabel_piecewise_as_full(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
+    mode, desc = dispatcher.dispatch(d, num_tokens, uniform_decode, valid_modes, invalid_modes)
+    return (FULL, desc) if mode == PIECEWISE else (mode, desc)
+
+
+def _size_limit_inclusive(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
+    if d.max_cudagraph_capture_size is not None and num_tokens >= d.max_cudagraph_capture_size:
+        return NONE, BatchDescriptor(num_tokens)
+    return dispatcher.dispatch(d, num_tokens, uniform_decode, valid_modes, invalid_modes)
+
+
+def _uniform_never_padded(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
+    return dispatcher.dispatch(d, num_tokens, False, valid_modes, invalid_modes)
+
+
+def _drafter_full_to_none(target_mode, spec_enforce_eager):
+    if target_mode == FULL:
+        return NONE
+    return dispatcher.drafter_cudagraph_mode(target_mode, spec_enforce_eager)
+
+
+def _drafter_keeps_target_mode(target_mode, spec_enforce_eager):
+    return NONE if spec_enforce_eager else target_mode
+
+
+def _no_upgrade(mode, config, support, q, v2, sizes, available=True):
+    return resolve.resolve_cudagraph_mode_and_sizes(
+        mode, replace(config, splitting_ops_contain_attention=False) if mode == FULL else config,
+        support, q, v2, sizes, available)
+
+
+def _upgrade_without_splitting(mode, config, support, q, v2, sizes, available=True):
+    return resolve.resolve_cudagraph_mode_and_sizes(
+        mode, replace(config, splitting_ops_contain_attention=True) if mode == FULL else config,
+        support, q, v2, sizes, available)
+
+
+def _spec_decode_check_skipped(mode, config, support, q, v2, sizes, available=True):
+    resolved = resolve.resolve_cudagraph_mode_and_sizes(mode, config, support, 1, v2, sizes, available)
+    if not v2 and resolved.cudagraph_mode.decode_mode() == FULL and q > 1:
+        sizes = resolve.adjust_cudagraph_sizes_for_spec_decode(sizes, q)
+    return replace(resolved, cudagraph_capture_sizes=sizes)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("breakable_match_any_nested", "vllm_0_30", "policy",
+           "BreakableCUDAGraphWrapper installed with runtime_mode=None inside CUDAGraphWrapper(FULL): a FULL "
+           "capture begins a second capture inside the first, and PIECEWISE replays the entry captured under FULL",
+           kills=frozenset(['P1', 'P5']),
+           build=_load(breakable_mode=None)),
+    Mutant("elif_restored", "vllm_0_30", "policy",
+           "the pre-#56312 `elif`: with breakable on, no CUDAGraphWrapper(FULL) is installed, so FULL dispatches "
+           "pass the PIECEWISE-scoped breakable wrapper and run eagerly",
+           kills=frozenset(['P1', 'P3']),
+           build=_load(elif_=True)),
+    Mutant("drafter_unwrapped", "vllm_0_30", "policy",
+           "drafter.model is not wrapped: with breakable on (compilation off) drafter PIECEWISE runs eagerly",
+           kills=frozenset(['P1']),
+           build=_load(wrap_drafter=False)),
+    Mutant("full_inside_breakable", "vllm_0_30", "policy",
+           "the FULL wrapper installed inside the breakable one instead of outside",
+           equivalent="with runtime_mode=PIECEWISE the breakable wrapper passes FULL through and the FULL wrapper "
+                      "passes PIECEWISE through, so either order gives the same capturer for every dispatch, and "
+                      "unwrap() recurses through both",
+           build=_load(full_outside=False)),
+    Mutant("breakable_under_ubatching", "vllm_0_30", "policy",
+           "breakable wrappers also installed with micro-batching (inside the UBatchWrapper): PIECEWISE under "
+           "breakable+micro-batching gains a capturer, so the verdict on that scenario changes",
+           kills=frozenset(['P1', 'P6']),
+           build=_load(breakable_under_ubatching=True)),
+    Mutant("non_recursive_unwrap", "vllm_0_30", "wrapper",
+           "unwrap() returns its runnable without recursing (0.29.0's wrappers) while the wrappers nest",
+           kills=frozenset(['P6']),
+           build=_load(recursive_unwrap=False)),
+    Mutant("breakable_acts_on_none", "vllm_0_30", "wrapper",
+           "the breakable wrapper's gate forgets the NONE check and captures NONE dispatches",
+           kills=frozenset(['P2']),
+           build=replacing(wrapper_acts=_breakable_acts_on_none)),
+    Mutant("entry_key_num_tokens", "vllm_0_29", "wrapper",
+           "entries keyed by num_tokens instead of the batch descriptor: a match-any wrapper replays the FULL "
+           "uniform-decode graph for a PIECEWISE batch of the same size",
+           kills=frozenset(['P5']),
+           build=replacing(entry_key=_key_by_num_tokens)),
+    Mutant("entries_never_stored", "vllm_0_30", "wrapper",
+           "a capture never stores its entry: every dispatch of a descriptor captures again",
+           kills=frozenset(['P4', 'P5']),
+           build=replacing(entry_key=_never_stored)),
+    Mutant("dispatch_mislabels_piecewise", "vllm_0_30", "dispatcher",
+           "the dispatcher labels a PIECEWISE key FULL: the run reaches no FULL-capable layer",
+           kills=frozenset(['P1', 'halt']),
+           build=replacing(dispatch=_mislabel_piecewise_as_full)),
+    Mutant("dispatch_size_limit_inclusive", "vllm_0_30", "dispatcher",
+           "`num_tokens >= max_cudagraph_capture_size` sends the largest capture size to NONE; capture_model's "
+           "re-dispatch then disagrees with the descriptor it captures",
+           kills=frozenset(['P1', 'halt']),
+           build=replacing(dispatch=_size_limit_inclusive)),
+    Mutant("dispatch_ignores_uniform_decode", "vllm_0_30", "dispatcher",
+           "uniform_decode dropped before padding: FULL uniform-decode keys are never dispatched",
+           kills=frozenset(['halt']),
+           build=replacing(dispatch=_uniform_never_padded)),
+    Mutant("drafter_full_maps_to_none", "vllm_0_30", "dispatcher",
+           "the drafter maps a FULL target to NONE instead of PIECEWISE: the drafter never dispatches PIECEWISE "
+           "under FULL (this removes the capture-outside-window hazard, so verdicts change)",
+           kills=frozenset(['P1', 'P4']),
+           build=replacing(drafter_cudagraph_mode=_drafter_full_to_none)),
+    Mutant("drafter_keeps_target_mode", "vllm_0_30", "dispatcher",
+           "the drafter dispatcher takes the target mode as is: a FULL target makes the drafter dispatch FULL, "
+           "which its PIECEWISE-scoped wrapper passes through",
+           kills=frozenset(['P1', 'P4']),
+           build=replacing(drafter_cudagraph_mode=_drafter_keeps_target_mode)),
+    Mutant("resolve_no_upgrade", "vllm_0_30", "resolve",
+           "FULL with less than ALWAYS support always falls to FULL_DECODE_ONLY (no FULL_AND_PIECEWISE upgrade)",
+           kills=frozenset(['P1']),
+           build=replacing(resolve=_no_upgrade)),
+    Mutant("resolve_upgrade_without_splitting", "vllm_0_30", "resolve",
+           "FULL is upgraded to FULL_AND_PIECEWISE even when attention is not in splitting_ops",
+           kills=frozenset(['P1']),
+           build=replacing(resolve=_upgrade_without_splitting)),
+    Mutant("resolve_ignores_spec_decode", "vllm_0_30", "resolve",
+           "step 4 (spec-decode with q > 1 needs UNIFORM_BATCH support) skipped",
+           kills=frozenset(['P1']),
+           build=replacing(resolve=_spec_decode_check_skipped)),
+    Mutant("compile_at_resolve", "vllm_0_30", "compile",
+           "inner PIECEWISE wrappers decided at resolve time from the resolved mode instead of at the first "
+           "forward from the load-time mode",
+           kills=frozenset(['P1']),
+           build=replacing(compile_at_first_forward=False)),
+    Mutant("capture_window_never_closed", "vllm_0_30", "capture-window",
+           "capture_model leaves set_cudagraph_capturing_enabled(True): a runtime capture succeeds silently "
+           "instead of raising",
+           kills=frozenset(['P4', 'halt']),
+           build=replacing(capture_model_closes_window=False)),
+)

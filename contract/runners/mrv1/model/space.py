@@ -1,0 +1,86 @@
+"""Model Runner V1's scenario space and event alphabet: what the explorer enumerates and the
+Hypothesis machine draws for an MRV1 policy."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from contract.core.events import START_UP, ExecuteModel, Propose
+from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
+from contract.core.scenario import (
+    NUM_TOKENS_DOMAIN,
+    ConfigRejected,
+    ConfigRevision,
+    DrafterKind,
+    Runner,
+    Scenario,
+    SplittingOps,
+    all_scenarios,
+)
+from contract.runners.mrv1.model.cudagraph_dispatcher import normalise
+
+
+def alphabet(scenario: Scenario) -> tuple:
+    """Every event the runner could take, batch sizes by class."""
+    q = scenario.uniform_decode_query_len
+    serving = [
+        ExecuteModel(n, uniform, eager)
+        for n in NUM_TOKENS_DOMAIN
+        for uniform in (False, True)
+        if not uniform or n % q == 0
+        for eager in (False, True)
+    ]
+    serving += [Propose(n) for n in NUM_TOKENS_DOMAIN]
+    return START_UP + tuple(serving)
+
+
+def _weighted(*pairs):
+    """``sampled_from`` with integer weights; the first value is the one Hypothesis shrinks to."""
+    return st.sampled_from([value for value, weight in pairs for _ in range(weight)])
+
+
+@st.composite
+def scenarios(draw) -> Scenario:
+    """Every modelled MRV1 setting, field by field; only combinations vLLM can express.
+
+    Rarely used settings (micro-batching, n-gram drafters, ``speculative_config.enforce_eager``)
+    are drawn less often, so sampling spends its examples where deployments are; the explorer
+    enumerates every combination regardless.
+    """
+    drafter = draw(_weighted((DrafterKind.NONE, 2), (DrafterKind.WITH_MODEL, 2), (DrafterKind.WITHOUT_MODEL, 1)))
+    has_spec = drafter is not DrafterKind.NONE
+    return Scenario(
+        runner=Runner.MRV1,
+        breakable=draw(st.booleans()),
+        ubatching=draw(_weighted((False, 3), (True, 1))),
+        cudagraph_mode=draw(st.sampled_from(CUDAGraphMode)),
+        compilation_mode=draw(st.sampled_from(CompilationMode)),
+        splitting_ops=draw(_weighted((SplittingOps.DEFAULT, 2), (SplittingOps.ATTENTION, 1), (SplittingOps.EMPTY, 1))),
+        drafter=drafter,
+        attention_support=draw(st.sampled_from(AttentionCGSupport)),
+        spec_enforce_eager=has_spec and draw(_weighted((False, 3), (True, 1))),
+        uniform_decode_query_len=draw(st.sampled_from((2, 3))) if has_spec else 1,
+    )
+
+
+def behaviour_key(scenario: Scenario, revision: ConfigRevision) -> tuple:
+    """Scenarios with equal keys behave identically in the model: the runner reads the normalised
+    config, not the raw compilation fields."""
+    try:
+        config = normalise(scenario, revision)
+    except ConfigRejected as exc:
+        config = str(exc)
+    return (scenario.runner, scenario.breakable, scenario.ubatching, config, scenario.drafter,
+            scenario.attention_support, scenario.spec_enforce_eager, scenario.uniform_decode_query_len)
+
+
+def canonical_scenarios_of(revision: ConfigRevision = ConfigRevision.V0_30) -> list[Scenario]:
+    """One scenario per behaviour class, the first (most default-like) of each, in order."""
+    seen: dict[tuple, Scenario] = {}
+    for s in all_scenarios(Runner.MRV1):
+        seen.setdefault(behaviour_key(s, revision), s)
+    return list(seen.values())
+
+
+def canonical_scenarios(policy) -> list[Scenario]:
+    return canonical_scenarios_of(policy.config_revision)

@@ -1,0 +1,580 @@
+"""A trace's events run on vLLM's real code, observed in the model's format.
+
+Each event runs the installed release's own runner code on a stand-in runner
+(``gpu_model_runner.py``): ``load_model``'s wrapping block (``wrapping.py``), ``profile_run`` →
+``_dummy_run`` (with the drafter's ``dummy_run``), ``profile_cudagraph_memory``, ``capture_model`` →
+``_capture_cudagraphs`` → ``_warmup_and_capture``, and for ``resolve`` the
+``_check_and_update_cudagraph_mode`` that ``initialize_attn_backend`` calls. Below them everything
+is vLLM's too: ``VllmConfig.__post_init__`` (``vllm_config.py``), the compile decisions at the first
+forward (``compiled.py``), the dispatchers, ``set_forward_context``, ``graph_capture`` and the
+wrappers' gating, capture, replay and capture guard.
+
+The harness mirrors what cannot run without a scheduler: the part of ``execute_model`` and of the
+proposer's ``propose`` that turns a batch into a dispatch and a forward, and the graph split of the
+compile backend. ``decisions.py`` logs, per step, which decision points were vLLM's code and which
+the harness's, and guards each mirrored point against the releases' source.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import types
+
+from contract.runners.mrv1.real import compiled, wrapping
+from contract.real.parallel_state import install_parallel_state
+from contract.real import decisions, device, errors, observe, platform
+from contract.runners.mrv1.real import gpu_model_runner as stand_in
+from contract.real.observe import Recorder
+from contract.real.simcuda import SimCuda
+from contract.real.vllm_config import MAX_NUM_BATCHED_TOKENS, ConfigCache
+from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve, event_to_json
+from contract.runners.mrv1.model.gpu_model_runner import PROFILE_NUM_TOKENS
+from contract.core.scenario import DrafterKind, Scenario
+
+# The vLLM modules whose code the replay runs, imported (in this order) before the platform is
+# switched to CUDA.
+MODULES = (
+    "vllm.envs",
+    "vllm.config",
+    "vllm.forward_context",
+    "vllm.compilation.monitor",
+    "vllm.compilation.cuda_graph",
+    "vllm.compilation.breakable_cudagraph",
+    "vllm.compilation.backends",
+    "vllm.compilation.decorators",
+    "vllm.model_executor.offloader.base",
+    "vllm.v1.attention.backend",
+    "vllm.v1.cudagraph_dispatcher",
+    "vllm.v1.worker.gpu_ubatch_wrapper",
+    "vllm.v1.spec_decode.llm_base_proposer",
+    "vllm.v1.spec_decode.eagle",
+    "vllm.v1.worker.gpu_model_runner",
+)
+
+
+class Halt(Exception):
+    """vLLM stopped: the text is the model's ``halted`` form."""
+
+
+class CannotBuild(Exception):
+    """vLLM refuses the trace's scenario at start-up (``VllmConfig`` or a ``CudagraphDispatcher``
+    raised), where the model starts: the trace cannot be replayed on this release."""
+
+
+class Session:
+    """Once per process: platform, simulated CUDA, spies, config cache, the wrapping block, the
+    stand-in runner class and the decision-point log."""
+
+    def __init__(self) -> None:
+        # Explicit: where Triton is importable, 0.33 picks Model Runner V2 by default (config/vllm.py:730-767).
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        platform.activate(MODULES)
+        import vllm
+        from vllm.v1.worker import gpu_model_runner
+
+        self.version = vllm.__version__
+        from contract.real import simcuda
+
+        self.device = simcuda.DEVICE
+        self.block = wrapping.load(gpu_model_runner)
+        self.load_model_block = decisions.tracked(
+            self.block.function, "GPUModelRunner.load_model (wrapping block)",
+            {"function": "GPUModelRunner.load_model", "path": decisions.package_path(self.block.path),
+             "lines": [self.block.first_line, self.block.last_line]})
+        self.configs = ConfigCache()
+        self.recorder = Recorder()
+        observe.install(self.recorder)
+        install_parallel_state()
+        self.runner_class = stand_in.runner_class(gpu_model_runner)
+        self.decisions = decisions.Log()
+        _track_decision_points(self.runner_class)
+        decisions.LOG = self.decisions
+        self._backends: dict[str, type] = {}
+        # What freeze_gc_for_cudagraph_capture does around bulk capture (utils/gc_utils.py:97-121),
+        # once for the whole process: the imported world is frozen so the collections the wrappers
+        # run per capture (breakable_cudagraph.py:381-383) stay cheap.
+        gc.collect()
+        gc.freeze()
+
+    def mirrored(self) -> list[dict]:
+        """Each harness-mirrored point, and whether this release's mirrored statements are the
+        recorded ones (``decisions.MIRRORED``)."""
+        from pathlib import Path
+
+        import vllm
+
+        package = Path(vllm.__file__).parent
+        return [{"point": m.point, "digest": m.digest(package), "known": m.known(self.version, package)}
+                for m in decisions.mirrored_for("MRV1")]
+
+    def reset(self) -> None:
+        """vLLM's process-global state back to start-up values, so traces replay in any order."""
+        import vllm.compilation.monitor as monitor
+        import vllm.forward_context as forward_context
+        import vllm.platforms as vllm_platforms
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphCapture, BreakableCUDAGraphWrapper
+        from vllm.compilation.cuda_graph import CUDAGraphWrapper
+
+        forward_context._forward_context = None
+        monitor.set_cudagraph_capturing_enabled(True)  # compilation/monitor.py: starts True
+        for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper):
+            cls.clear_all_graphs()
+            cls._all_instances.clear()
+        BreakableCUDAGraphCapture._tls.active = None
+        type(vllm_platforms.current_platform)._global_graph_pool = None
+        SimCuda.reset()
+        self.recorder.labels.clear()
+        self.decisions.start_trace()
+
+    def attention_backend(self, support_name: str) -> type:
+        """An attention backend whose metadata builder reports ``support_name``
+        (``AttentionMetadataBuilder.get_cudagraph_support``, ``v1/attention/backend.py``)."""
+        if support_name not in self._backends:
+            from vllm.v1.attention.backend import AttentionCGSupport
+
+            support = AttentionCGSupport[support_name]
+
+            class SimAttentionMetadataBuilder:
+                @classmethod
+                def get_cudagraph_support(cls, vllm_config, kv_cache_spec):
+                    return support
+
+            class SimAttentionBackend:
+                @staticmethod
+                def get_builder_cls():
+                    return SimAttentionMetadataBuilder
+
+            SimAttentionBackend.__name__ = f"SIM_ATTN_{support_name}"
+            self._backends[support_name] = SimAttentionBackend
+        return self._backends[support_name]
+
+    def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
+        """One observation per event, in ``StepRecord.to_json`` form; stops where vLLM stops."""
+        self.reset()
+        steps: list[dict] = []
+        built = len(self.configs._built)
+        run = RealRun(self, scenario)
+        if len(self.configs._built) != built:
+            gc.freeze()  # a new VllmConfig lives as long as the session: out of every later collection
+        for event in events:
+            step = run.apply(event)
+            steps.append(step)
+            if "halted" in step:
+                break
+        return steps
+
+
+class RealRun:
+    """The stand-in runner for one trace and the step functions that drive vLLM's code."""
+
+    def __init__(self, session: Session, scenario: Scenario) -> None:
+        import torch
+
+        from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+        from vllm.v1.spec_decode.eagle import EagleProposer
+
+        self.session, self.scenario = session, scenario
+        self.recorder = session.recorder
+        try:
+            vllm_config = session.configs.get(scenario)
+            # Built by vLLM's __post_init__ once per config key (ConfigCache): the start-up
+            # "step" of the trace's path, before its first event.
+            decisions.note(decisions.CONFIG_POINT, type(vllm_config).__post_init__)
+            session.decisions.close_step(decisions.CONFIG_STEP)
+            speculative_config = vllm_config.speculative_config
+            device_ = torch.device("cuda" if session.device == "cuda" else "cpu")
+            # max_num_tokens is the model's (PROFILE_NUM_TOKENS): profile_run dispatches it with
+            # force_eager, so any count gives NONE there, and the observation shows the count.
+            runner = stand_in.build(
+                session.runner_class, vllm_config, device=device_,
+                dispatcher=CudagraphDispatcher(vllm_config), max_num_tokens=PROFILE_NUM_TOKENS,
+                attention_backend=session.attention_backend(scenario.attention_support.name),
+            )
+            if scenario.drafter is DrafterKind.WITH_MODEL:
+                # An EagleProposer holding what the cudagraph path reads of it
+                # (llm_base_proposer.py:185, :381-386, :424-440, :1642-1694, :1797-1845); its
+                # __init__ builds a draft model.
+                drafter = EagleProposer.__new__(EagleProposer)
+                drafter.__dict__.update(
+                    vllm_config=vllm_config, speculative_config=speculative_config,
+                    cudagraph_dispatcher=CudagraphDispatcher(vllm_config), dp_rank=0,
+                    num_speculative_tokens=speculative_config.num_speculative_tokens,
+                    parallel_drafting=False, supports_mm_inputs=False, pass_hidden_states_to_model=False,
+                    _draft_attn_layer_names=set(), uses_mrope=False, uses_xdrope_dim=0,
+                    draft_uses_xdrope_dim=0, positions=runner.positions,
+                )
+                drafter.dummy_run = self.observed_drafter_dummy_run(drafter.dummy_run)
+                runner.drafter = drafter
+            elif scenario.drafter is DrafterKind.WITHOUT_MODEL:
+                runner.drafter = types.SimpleNamespace()  # NgramProposer: no .model, no dispatcher
+            runner._dummy_run = self.observed_dummy_run(runner._dummy_run)
+            runner._warmup_and_capture = self.observed_warmup_and_capture(runner._warmup_and_capture)
+        except Exception as exc:
+            raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
+        self.vllm_config = vllm_config
+        self.runner = runner
+        self.raw: dict[str, object] = {}
+        self.capture_phase = False
+        self.warmup = False
+        self.context = ""
+        self.step: dict = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @property
+    def drafter(self):
+        drafter = getattr(self.runner, "drafter", None)
+        return drafter if drafter is not None and hasattr(drafter, "cudagraph_dispatcher") else None
+
+    def model_of(self, role: str):
+        return self.runner.model if role == "target" else self.runner.drafter.model
+
+    def probe(self, role: str, model) -> "ModelProbe":
+        return ModelProbe(self, role, model)
+
+    def observe(self, role: str, model, args, kwargs):
+        """One forward called by vLLM's code (``self.model(...)`` in ``_dummy_run``, the
+        proposer's ``dummy_run``, ``_model_forward``), recorded as a dispatch under the forward
+        context vLLM set."""
+        from vllm.forward_context import get_forward_context
+
+        context = get_forward_context()
+        runtime_mode = context.cudagraph_runtime_mode
+        raw = self.raw[role]
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        num_tokens = input_ids.shape[0]
+        self.recorder.start(runtime_mode.name)
+        error = output = None
+        if self.session.device == "cuda":
+            device.before_forward(raw, num_tokens)
+        try:
+            output = model(*args, **kwargs)
+        except Exception as exc:
+            error = errors.normalise(exc)
+        dispatch = {
+            "role": role,
+            "context": self.context,
+            "runtime_mode": runtime_mode.name,
+            "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens),
+            "layers": self.recorder.layers(),
+            "capture_phase": self.capture_phase,
+            "ran_eager": self.recorder.ran_eager,
+        }
+        if error:
+            dispatch["error"] = error
+        if self.session.device == "cuda":
+            device.after_forward(raw, num_tokens, output, dispatch)
+        dispatches = self.step.setdefault("dispatches", [])
+        if not (self.warmup and not error and all(layer["action"] == "passed" for layer in dispatch["layers"])):
+            # Warm-up runs (_warmup_and_capture) are NONE dispatches the model does not record;
+            # they are kept only when something acted on them.
+            dispatches.append(dispatch)
+        if error:
+            raise Halt(error)
+        return output
+
+    def observed_dummy_run(self, dummy_run):
+        def _dummy_run(num_tokens, *args, **kwargs):
+            warmup, self.warmup = self.warmup, self.capture_phase and not kwargs.get("is_graph_capturing", False)
+            try:
+                return dummy_run(num_tokens, *args, **kwargs)
+            finally:
+                self.warmup = warmup
+
+        return _dummy_run
+
+    def observed_warmup_and_capture(self, warmup_and_capture):
+        def _warmup_and_capture(*args, **kwargs):
+            self.capture_phase = True
+            try:
+                return warmup_and_capture(*args, **kwargs)
+            finally:
+                self.capture_phase = False
+
+        return _warmup_and_capture
+
+    def observed_drafter_dummy_run(self, dummy_run):
+        """The drafter's ``dummy_run`` forwards ``num_speculative_tokens`` times outside a capture
+        (llm_base_proposer.py:1651-1694), all with the mode of its first dispatch; the model records
+        them as one dispatch, so a repeat equal to the first is folded into it (a repeat that
+        differs stays and shows as a disagreement)."""
+
+        def drafter_dummy_run(*args, **kwargs):
+            first = len(self.step.get("dispatches", []))
+            try:
+                return dummy_run(*args, **kwargs)
+            finally:
+                dispatches = self.step.get("dispatches", [])
+                mine = dispatches[first:]
+                if mine:
+                    dispatches[first:] = [mine[0]] + [d for d in mine[1:] if d != mine[0]]
+
+        return drafter_dummy_run
+
+    def initialize_attn_backend(self, is_profiling: bool) -> None:
+        try:
+            self.runner.initialize_attn_backend(is_profiling=is_profiling)
+        except ValueError as exc:
+            raise Halt(errors.resolve_rejected(exc)) from exc
+
+    # -- events -------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> dict:
+        self.step = {"event": event_to_json(event)}
+        self.context = event.kind
+        try:
+            getattr(self, "on_" + event.kind)(event)
+        except Halt as halt:
+            self.step["halted"] = str(halt)
+        except AssertionError as exc:  # one of vLLM's assertions stops the engine where it fires
+            self.step["halted"] = errors.normalise(exc)
+        finally:
+            self.session.decisions.close_step(event.kind)
+        return self.step
+
+    def on_load_model(self, event: LoadModel) -> None:
+        """``load_model``: the models are loaded, then the installed release's wrapping block runs.
+        The wrapped models are then called through probes that record each forward."""
+        from models.tiny import TinyModel, breakable_attention
+
+        for role, name in (("target", "model"), ("drafter", "drafter.model")):
+            if role == "drafter" and self.drafter is None:
+                continue
+            raw = TinyModel(name, MAX_NUM_BATCHED_TOKENS, attention_op=breakable_attention(),
+                            device=self.runner.device)
+            raw.on_compute = self.recorder.compute_ran
+            self.raw[role] = raw
+            if role == "target":
+                self.runner.model = raw
+                self.runner.input_ids = stand_in.Buffer(raw.input_ids)  # the runner's persistent buffer
+            else:
+                self.runner.drafter.model = raw
+                self.runner.drafter.input_ids = raw.input_ids
+        self.session.load_model_block(self.runner)
+        self.step["stacks"], self.step["unwrap"] = {}, {}
+        for role in self.raw:
+            top = self.model_of(role)
+            self.step["stacks"][role] = " -> ".join(self.label_stack(role, top))
+            got = self.runner.get_model() if role == "target" else self.runner.get_draft_model()
+            self.step["unwrap"][role] = _label(got)
+        self.runner.model = self.probe("target", self.runner.model)
+        if "drafter" in self.raw:
+            self.runner.drafter.model = self.probe("drafter", self.runner.drafter.model)
+
+    def label_stack(self, role: str, node) -> list[str]:
+        from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper
+
+        labels, index = [], 0
+        while node is not self.raw[role]:
+            label = _label(node)
+            labels.append(label)
+            self.recorder.label(node, f"{role}[{index}]:{label}", type(node).__name__)
+            if isinstance(node, UBatchWrapper) and node.__dict__.get("cudagraph_wrapper") is not None:
+                sibling = node.__dict__["cudagraph_wrapper"]
+                self.recorder.label(sibling, f"{role}[{index}]:{label}.cudagraph_wrapper", type(sibling).__name__)
+            node = node.__dict__["runnable"]
+            index += 1
+        labels.append(node.name)
+        return labels
+
+    def on_profile_run(self, event: ProfileRun) -> None:
+        """``profile_run`` (:6464-6537), vLLM's own: ``_dummy_run(max_num_tokens, is_profile=True)``,
+        the first forward of target and drafter, where Dynamo compiles under the mode in force now
+        (``compiled.py`` stands for that compile)."""
+        for role, raw in self.raw.items():
+            for capturer in compiled.compile_model(raw, self.vllm_config):
+                self.recorder.label(capturer, f"{role}:{observe.COMPILED}", observe.COMPILED)
+        self.runner.profile_run()
+
+    def on_profile_cudagraph_memory(self, event: ProfileCudagraphMemory) -> None:
+        """``profile_cudagraph_memory`` (:6661-6828), vLLM's own: the first resolve (its minimal KV
+        cache's ``initialize_attn_backend``), then a capture window over at most two descriptors per
+        mode, whose ``finally`` clears every graph and the target dispatcher's keys."""
+        try:
+            self.runner.profile_cudagraph_memory()
+        except ValueError as exc:
+            raise Halt(errors.resolve_rejected(exc)) from exc
+        finally:
+            self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+
+    def on_resolve(self, event: Resolve) -> None:
+        """``initialize_kv_cache`` (:7416) → ``initialize_attn_backend`` → ``_check_and_update_cudagraph_mode``
+        (:7131-7135)."""
+        try:
+            self.initialize_attn_backend(is_profiling=False)
+        finally:
+            self.step["cudagraph_mode"] = self.vllm_config.compilation_config.cudagraph_mode.name
+        if self.drafter is not None:
+            self.step["drafter_cudagraph_mode"] = self.drafter.cudagraph_dispatcher.cudagraph_mode.name
+
+    def on_capture_model(self, event: CaptureModel) -> None:
+        """``capture_model`` (:6830-6934), vLLM's own: every ``get_capture_descs()`` group through
+        ``_capture_cudagraphs`` → ``_warmup_and_capture`` inside ``graph_capture()``."""
+        self.runner.capture_model()
+
+    def on_execute_model(self, event: ExecuteModel) -> None:
+        execute_model_dispatch(self.runner, event.num_tokens, event.uniform_decode, event.force_eager)
+
+    def on_propose(self, event: Propose) -> None:
+        propose_dispatch(self.drafter, event.num_tokens)
+
+
+class ModelProbe:
+    """The wrapped model as vLLM's code calls it: records the forward (``RealRun.observe``)."""
+
+    def __init__(self, run: RealRun, role: str, model) -> None:
+        self.run, self.role, self.model = run, role, model
+
+    def __call__(self, *args, **kwargs):
+        return self.run.observe(self.role, self.model, args, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def execute_model_dispatch(runner, num_tokens: int, uniform_decode: bool, force_eager: bool) -> None:
+    """``execute_model``'s batch to dispatch and forward (:4323-4381 and :4506-4531 in 0.29.0):
+    ``_determine_batch_execution_and_padding`` with the call's arguments, the padded counts,
+    ``maybe_create_ubatch_slices``, then ``set_forward_context`` around ``_model_forward``, under
+    ``torch.inference_mode()`` as ``execute_model`` is decorated. The batch is shaped as
+    ``_dummy_run`` shapes one of ``num_tokens`` (:5968-5990); the event's ``uniform_decode`` and
+    ``force_eager`` are passed as ``force_uniform_decode`` and ``force_eager``. Mirrored: guarded
+    by ``decisions.MIRRORED``."""
+    import numpy as np
+    import torch
+
+    from vllm.v1.worker import gpu_model_runner as gmr
+
+    q = runner.uniform_decode_query_len
+    max_query_len = q if uniform_decode else num_tokens
+    if uniform_decode:
+        num_reqs = min(runner.max_num_reqs, -(-num_tokens // q))
+        tokens = [q] * num_reqs
+        if num_tokens % q:
+            tokens[-1] = num_tokens % q
+    else:
+        num_reqs = min(num_tokens, runner.max_num_reqs)
+        tokens = [num_tokens // num_reqs] * num_reqs
+        tokens[-1] += num_tokens % num_reqs
+    num_scheduled_tokens_np = np.array(tokens, dtype=np.int32)
+    with torch.inference_mode():
+        cudagraph_mode, batch_desc, should_ubatch, num_tokens_across_dp, _ = (
+            runner._determine_batch_execution_and_padding(
+                num_tokens=num_tokens, num_reqs=num_reqs, num_scheduled_tokens_np=num_scheduled_tokens_np,
+                max_num_scheduled_tokens=max_query_len, use_cascade_attn=False,
+                allow_microbatching=runner._allow_microbatching(num_reqs, num_scheduled_tokens_np),
+                force_eager=force_eager, force_uniform_decode=uniform_decode,
+            )
+        )
+        num_tokens_padded = batch_desc.num_tokens
+        num_reqs_padded = batch_desc.num_reqs if batch_desc.num_reqs is not None else num_reqs
+        _, ubatch_slices_padded = gmr.maybe_create_ubatch_slices(
+            should_ubatch, num_scheduled_tokens_np, num_tokens_padded, num_reqs_padded,
+            runner.parallel_config.num_ubatches,
+        )
+        with gmr.set_forward_context(
+            None, runner.vllm_config, num_tokens=num_tokens_padded, num_tokens_across_dp=num_tokens_across_dp,
+            cudagraph_runtime_mode=cudagraph_mode, batch_descriptor=batch_desc, ubatch_slices=ubatch_slices_padded,
+        ):
+            runner._model_forward(input_ids=runner.input_ids.gpu[:num_tokens_padded],
+                                  positions=runner.positions[:num_tokens_padded])
+
+
+def propose_dispatch(drafter, num_tokens: int) -> None:
+    """``propose`` (llm_base_proposer.py:515-601): ``_determine_batch_execution_and_padding``, then
+    a forward context with no batch descriptor, so the wrappers see
+    ``BatchDescriptor(num_tokens=padded)`` (forward_context.py:324-325); under
+    ``torch.inference_mode()``, as ``sample_tokens`` is decorated. Mirrored: guarded by
+    ``decisions.MIRRORED``."""
+    import torch
+
+    from vllm.v1.spec_decode import llm_base_proposer
+
+    with torch.inference_mode():
+        cudagraph_runtime_mode, num_input_tokens, num_tokens_across_dp = (
+            drafter._determine_batch_execution_and_padding(num_tokens)
+        )
+        with llm_base_proposer.set_forward_context(
+            None, drafter.vllm_config, num_tokens=num_input_tokens, num_tokens_across_dp=num_tokens_across_dp,
+            cudagraph_runtime_mode=cudagraph_runtime_mode,
+        ):
+            drafter.model(input_ids=drafter.input_ids[:num_input_tokens],
+                          positions=drafter.positions[:num_input_tokens])
+
+
+def _track_decision_points(runner_class) -> None:
+    """Pass-through shims noting each decision point a step reaches (``decisions.py``)."""
+    import vllm.compilation.backends as backends
+    import vllm.v1.spec_decode.llm_base_proposer as proposer
+    import vllm.v1.worker.gpu_model_runner as gmr
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    for name in stand_in.DECISIONS:
+        if name in runner_class.__dict__:
+            decisions.track_attribute(runner_class, name, f"GPUModelRunner.{name}")
+    for name in ("dispatch", "get_capture_descs", "initialize_cudagraph_keys"):
+        decisions.track_attribute(CudagraphDispatcher, name, f"CudagraphDispatcher.{name}")
+    from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
+    from vllm.compilation.cuda_graph import CUDAGraphWrapper
+    from vllm.v1.spec_decode.eagle import EagleProposer
+    from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper
+
+    for name in ("dummy_run", "_determine_batch_execution_and_padding"):
+        decisions.track_attribute(EagleProposer, name, f"EagleProposer.{name}")
+    for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper, UBatchWrapper):
+        decisions.track_attribute(cls, "__call__", f"{cls.__name__}.__call__")
+    for module in (gmr, proposer):
+        decisions.track_attribute(module, "set_forward_context")
+    for name in ("graph_capture", "maybe_create_ubatch_slices"):
+        decisions.track_attribute(gmr, name)
+    decisions.track_attribute(backends, "wrap_with_cudagraph_if_needed")
+    from vllm.config import CompilationConfig
+
+    if "resolve_cudagraph_mode_and_sizes" in CompilationConfig.__dict__:  # the resolve's branches
+        decisions.track_attribute(CompilationConfig, "resolve_cudagraph_mode_and_sizes",
+                                  "CompilationConfig.resolve_cudagraph_mode_and_sizes")
+    # the harness's mirrored points, located at the statements they mirror
+    from pathlib import Path
+
+    import vllm
+
+    package = Path(vllm.__file__).resolve().parent
+    m = {point.point: point.location(package) for point in decisions.MIRRORED}
+    global execute_model_dispatch, propose_dispatch
+    execute_model_dispatch = decisions.tracked(execute_model_dispatch, decisions.MIRRORED[1].point,
+                                               m[decisions.MIRRORED[1].point])
+    propose_dispatch = decisions.tracked(propose_dispatch, decisions.MIRRORED[2].point, m[decisions.MIRRORED[2].point])
+    compiled.split_graph = decisions.tracked(compiled.split_graph, decisions.MIRRORED[0].point,
+                                             m[decisions.MIRRORED[0].point])
+
+
+def _label(node) -> str:
+    """The model's layer label for a real wrapper (``contract/runners/mrv1/model/wrappers.py``), or a raw model's name."""
+    name = type(node).__name__
+    if name == "CUDAGraphWrapper":
+        return f"{name}({node.__dict__['runtime_mode'].name})"
+    if name == "UBatchWrapper":
+        # No runtime_mode attribute: it builds its sibling CUDAGraphWrapper(runtime_mode) iff
+        # runtime_mode is not NONE (gpu_ubatch_wrapper.py:84-88).
+        sibling = node.__dict__.get("cudagraph_wrapper")
+        return f"{name}({'NONE' if sibling is None else sibling.runtime_mode.name})"
+    if name == "BreakableCUDAGraphWrapper":
+        mode = node.__dict__.get("runtime_mode")  # absent in 0.29.0: match-any
+        return f"{name}({'None' if mode is None else mode.name})"
+    return getattr(node, "name", name)
+
+
+def _descriptor(batch_descriptor, num_tokens: int) -> dict:
+    """The forward context's ``BatchDescriptor`` in the model's JSON form; LoRA fields appear only
+    when set. A NONE forward context built from ``num_tokens`` alone holds no descriptor
+    (forward_context.py:324-325 substitutes one only for other modes); no wrapper reads it then,
+    and it is shown as the ``BatchDescriptor(num_tokens)`` the model shows."""
+    if batch_descriptor is None:
+        return {"num_tokens": num_tokens, "num_reqs": None, "uniform": False}
+    out = {"num_tokens": batch_descriptor.num_tokens, "num_reqs": batch_descriptor.num_reqs,
+           "uniform": batch_descriptor.uniform}
+    if getattr(batch_descriptor, "has_lora", False) or getattr(batch_descriptor, "num_active_loras", 0):
+        out["has_lora"] = batch_descriptor.has_lora
+        out["num_active_loras"] = batch_descriptor.num_active_loras
+    return out

@@ -1,0 +1,43 @@
+"""Model Runner V2 (``v1/worker/gpu/``): vLLM 0.33 (its default runner) and later (the only one from 0.34)."""
+
+from contract.core.family import Family
+from contract.core.forward_context import BatchDescriptor
+from contract.core.scenario import Runner
+from contract.runners.mrv2 import branch
+from contract.runners.mrv2.model.cudagraph_utils import BED
+from contract.runners.mrv2.model.engine import ENGINE
+from contract.runners.mrv2.model.policies import built_in
+from contract.runners.mrv2.real import conform
+from contract.runners.mrv2.real.modules import MODULES, SPECULATORS
+
+
+def release_policy(release: tuple[int, int]) -> str:
+    """The release's own reading: 0.33 ``mrv2_0_33``, 0.34 and later ``mrv2_0_34``."""
+    return "mrv2_0_33" if release < (0, 34) else "mrv2_0_34"
+
+
+def descriptor_from_json(data: dict, mode):
+    """MRV2 dispatches record ``BatchExecutionDescriptor``s; a forward outside any manager (the
+    profile run's eager pass) records a plain ``BatchDescriptor``."""
+    return BED.from_json(data, mode) if "uniform_token_count" in data else BatchDescriptor.from_json(data)
+
+
+FAMILY = Family(
+    name="mrv2",
+    runner=Runner.MRV2,
+    title="Model Runner V2",
+    engine=ENGINE,
+    policies=("mrv2_0_33", "mrv2_0_34"),
+    built_in=built_in,
+    first_release=(0, 33),
+    last_release=None,
+    release_policy=release_policy,
+    corpus=conform.generated,
+    conform=conform.run,
+    session=conform.session,
+    descriptor_from_json=descriptor_from_json,
+    replays=MODULES + (SPECULATORS,),
+    markers=(branch.MANAGER_FILE,),
+    read_tree=branch.load,
+    reads=branch.READS,
+)

@@ -1,0 +1,246 @@
+"""``CudaGraphManager`` (``v1/worker/gpu/cudagraph_utils.py``, vLLM 0.33.0 and 0.34.0) as pure
+functions over an immutable manager value.
+
+A manager owns the FULL graphs it captured around a NONE-mode forward (``self.graphs``, keyed by
+``BatchExecutionDescriptor``) and, for PIECEWISE, routes to its breakable runner or to the model.
+Candidates follow ``_init_candidates``; dispatch follows ``dispatch`` and ``_is_compatible``. The
+modelled space has no LoRA, no micro-batching and one DP rank, so ``num_active_loras`` is 0 and
+``num_ubatches`` 1 everywhere and are left out of the descriptor.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, replace
+from itertools import groupby
+
+from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
+from contract.core.scenario import MAX_NUM_SEQS
+
+RELEASES = ("0.33", "0.34")
+
+
+@dataclass(frozen=True)
+class BatchExecutionDescriptor:
+    """``33:…/cudagraph_utils.py:70-85``, ``34:…:74-89`` without the LoRA and micro-batch fields."""
+
+    cg_mode: CUDAGraphMode
+    num_tokens: int
+    num_reqs: int | None = None
+    uniform_token_count: int | None = None
+    max_query_len: int | None = None
+
+    def __str__(self) -> str:
+        extra = "".join(f",{k}={v}" for k, v in (("utc", self.uniform_token_count), ("mql", self.max_query_len))
+                        if v is not None)
+        reqs = "" if self.num_reqs is None else f",{self.num_reqs}"
+        return f"BED({self.cg_mode.name},{self.num_tokens}{reqs}{extra})"
+
+    def to_json(self) -> dict:
+        return {"num_tokens": self.num_tokens, "num_reqs": self.num_reqs,
+                "uniform_token_count": self.uniform_token_count, "max_query_len": self.max_query_len}
+
+    @classmethod
+    def from_json(cls, data: dict, cg_mode: CUDAGraphMode) -> BatchExecutionDescriptor:
+        """The descriptor a dispatch recorded; its ``cg_mode`` is the dispatch's runtime mode."""
+        return cls(cg_mode, data["num_tokens"], data.get("num_reqs"), data.get("uniform_token_count"),
+                   data.get("max_query_len"))
+
+
+BED = BatchExecutionDescriptor
+
+
+def is_compatible(desc: BED, num_reqs: int, num_tokens: int, uniform_token_count: int | None,
+                  max_query_len: int | None) -> bool:
+    """``_is_compatible`` (``33:…:111-138``, ``34:…:115-142``)."""
+    return (
+        (desc.uniform_token_count is None or desc.uniform_token_count == uniform_token_count)
+        and (desc.max_query_len is None or (max_query_len is not None and desc.max_query_len >= max_query_len))
+        and (desc.num_reqs is None or desc.num_reqs >= num_reqs)
+        and desc.num_tokens >= num_tokens
+    )
+
+
+def round_up(x: int, multiple: int) -> int:
+    return (x + multiple - 1) // multiple * multiple
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class CudaGraphManager:
+    """The fields of one manager instance that capture and dispatch read."""
+
+    layer: str  # "target:CudaGraphManager", "drafter:CudaGraphManager(prefill)", ...
+    cudagraph_mode: CUDAGraphMode
+    built_from: tuple  # the inputs of _init_candidates; the three tables below are a function of them
+    capture_descs: tuple[tuple[CUDAGraphMode, tuple[BED, ...]], ...] = field(compare=False)  # PIECEWISE first
+    candidates: tuple[tuple[BED, ...], ...] = field(compare=False)  # index = num_tokens
+    decode_descs: tuple[tuple[int, tuple[BED, ...]], ...] = field(compare=False)  # 0.34 `_decode_descs` by q
+    use_breakable_cg: bool = False
+    breakable_runner: bool = False  # init_breakable_cg_runner ran
+    key_fn: bool = False  # the breakable runner keys entries by (BD, spec_step_idx % num_layers)
+    graphs: frozenset[BED] = frozenset()
+    graphs_captured: bool = False
+
+    @property
+    def runner_layer(self) -> str:
+        return self.layer.split(":")[0] + ":breakable_cg_runner"
+
+
+def decode_cudagraph_capture_shapes(sizes, query_lens: dict[int, int], max_tokens: int) -> list[tuple[int, int]]:
+    """``34:config/compilation.py:54-68``: (num_reqs, q) decode graphs."""
+    sizes = sorted(set(sizes))
+    shapes: set[tuple[int, int]] = set()
+    for q, max_reqs in query_lens.items():
+        limit = min(max_reqs, max_tokens // q)
+        reachable = sizes[: bisect.bisect_left(sizes, limit) + 1]
+        shapes.update((min(n, limit), q) for n in reachable if limit >= 1)
+    return sorted(shapes, key=lambda s: (s[1], s[0]))
+
+
+def split_decode_request_sizes(capture_sizes: tuple[int, ...], target_q: int) -> list[int]:
+    """``_split_cudagraph_capture_sizes`` for the legacy shared sizes (``34:config/vllm.py:2660-2668``):
+    the request counts each target query length rounds the shared sizes up to."""
+    shared_max = max(capture_sizes, default=0)
+    return sorted({min(cdiv(s, target_q), MAX_NUM_SEQS) for s in capture_sizes if cdiv(s, target_q) * target_q <= shared_max})
+
+
+def decode_cudagraph_capture_grid(max_requests: int) -> list[int]:
+    """``34:config/compilation.py:122-126`` for ``max_requests`` <= 6: every count."""
+    assert max_requests <= 6
+    return list(range(1, max_requests + 1))
+
+
+def _varlen_sizes(release: str, capture_sizes: tuple[int, ...], q: int, target_q: int) -> list[int]:
+    """Adaptive verification's varlen FULL decode sizes: 0.33 the capture sizes up to
+    ``max_num_reqs * q`` (``33:…:310-318``); 0.34 ``get_varlen_decode_cudagraph_token_sizes``,
+    the grid 1, 2, 4, 8, … up to ``max_decode_cudagraph_capture_requests * q``
+    (``34:config/vllm.py:732-747``, ``34:config/compilation.py:102-116``)."""
+    if release == "0.33":
+        return [n for n in sorted(capture_sizes) if n <= MAX_NUM_SEQS * q]
+    max_requests = max(split_decode_request_sizes(capture_sizes, target_q), default=0)
+    # min() with max_num_batched_tokens (34:config/vllm.py:741-747) never binds at these sizes.
+    return varlen_decode_cudagraph_capture_grid(max_requests * q)
+
+
+def varlen_decode_cudagraph_capture_grid(max_tokens: int) -> list[int]:
+    """``34:config/compilation.py:102-119``: 1, 2, 4, then four sizes per doubling from 8, every
+    size below ``max_tokens`` and ``max_tokens`` itself (so 3 and 6 are captured at q = 3)."""
+    grid = {1, 2, 4, 8}
+    low = 8
+    while low < 1024:
+        grid.update(range(low + low // 4, 2 * low + 1, low // 4))
+        low *= 2
+    return sorted({n for n in grid if n < max_tokens} | {max_tokens}) if max_tokens else []
+
+
+def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[int, ...], q: int, *,
+          target_q: int, use_breakable_cg: bool, varlen_decode: bool = False,
+          decode_request_sizes: list[int] | None = None) -> CudaGraphManager:
+    """``CudaGraphManager.__init__`` + ``_init_candidates`` (``33:…:256-394``, ``34:…:289-426``)."""
+    descs = _descs_0_33(mode, capture_sizes, q, varlen_decode) if release == "0.33" else \
+        _descs_0_34(mode, capture_sizes, q, target_q, varlen_decode, decode_request_sizes)
+    token_keyed, decode = descs
+    by_mode: dict[CUDAGraphMode, list[BED]] = {}
+    for d in decode + token_keyed:
+        by_mode.setdefault(d.cg_mode, []).append(d)
+    capture = tuple((m, tuple(sorted(by_mode[m], key=lambda d: d.num_tokens, reverse=True)))
+                    for m in (PIECEWISE, FULL) if m in by_mode)
+    # 0.33 puts decode descriptors among the token-keyed FULL groups; 0.34 keeps them apart.
+    keyed = token_keyed + decode if release == "0.33" else token_keyed
+    limit = max((d.num_tokens for d in keyed), default=0)
+    candidates: list[list[BED]] = [[] for _ in range(limit + 1)]
+    for m in (FULL, PIECEWISE):
+        mode_descs = sorted((d for d in keyed if d.cg_mode == m), key=lambda d: d.num_tokens)
+        start = 0
+        for num_tokens, group in groupby(mode_descs, lambda d: d.num_tokens):
+            matching = list(group)
+            for i in range(start, num_tokens + 1):
+                candidates[i].extend(matching)
+            start = num_tokens + 1
+    tables = []
+    if release == "0.34":
+        for uq in sorted({d.uniform_token_count for d in decode}):
+            table: list[BED] = []
+            for d in sorted((d for d in decode if d.uniform_token_count == uq), key=lambda d: d.num_tokens):
+                table.extend([d] * (d.num_reqs + 1 - len(table)))
+            tables.append((uq, tuple(table)))
+    built_from = (release, capture_sizes, q, target_q, varlen_decode,
+                  None if decode_request_sizes is None else tuple(decode_request_sizes))
+    return CudaGraphManager(layer, mode, built_from, capture, tuple(tuple(c) for c in candidates), tuple(tables),
+                            use_breakable_cg=use_breakable_cg)
+
+
+def _descs_0_33(mode, sizes, q, varlen):
+    token_keyed: list[BED] = []
+    decode: list[BED] = []
+    if not (mode and sizes):
+        return token_keyed, decode
+    max_decode_tokens = MAX_NUM_SEQS * q
+    max_capture = max(sizes)
+    decode_mode, mixed_mode = mode.decode_mode(), mode.mixed_mode()
+    separate = mode.separate_routine()
+    for n in sorted(sizes):
+        if separate and decode_mode and varlen and n <= max_decode_tokens:
+            token_keyed.append(BED(decode_mode, n, min(n, MAX_NUM_SEQS), max_query_len=q))
+        elif separate and decode_mode and not varlen:
+            rn = round_up(n, q)
+            if not (rn > max_decode_tokens or rn > max_capture or rn // q > MAX_NUM_SEQS):
+                d = BED(decode_mode, rn, rn // q, uniform_token_count=q)
+                if d not in decode:
+                    decode.append(d)
+        if mixed_mode:
+            token_keyed.append(BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None))
+    return token_keyed, decode
+
+
+def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes):
+    token_keyed: list[BED] = []
+    decode: list[BED] = []
+    if mode == NONE:
+        return token_keyed, decode
+    decode_mode, mixed_mode = mode.decode_mode(), mode.mixed_mode()
+    max_tokens = max(sizes, default=0)
+    if mode.separate_routine() and decode_mode != NONE:
+        if varlen:
+            token_keyed += [BED(decode_mode, n, min(n, MAX_NUM_SEQS), max_query_len=q)
+                            for n in _varlen_sizes("0.34", sizes, q, target_q)]
+        else:
+            request_sizes = decode_request_sizes
+            if request_sizes is None:
+                request_sizes = split_decode_request_sizes(sizes, target_q)
+            for n, uq in decode_cudagraph_capture_shapes(request_sizes, {q: MAX_NUM_SEQS}, max_tokens):
+                decode.append(BED(decode_mode, n * uq, n, uniform_token_count=uq))
+    if mixed_mode:
+        for n in sorted(sizes):
+            token_keyed.append(BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None))
+    return token_keyed, decode
+
+
+def dispatch(m: CudaGraphManager | None, num_reqs: int, num_tokens: int, uniform_token_count: int | None,
+             max_query_len: int | None = None) -> BED:
+    """``dispatch`` (``33:…:523-553``, ``34:…:558-602``): NONE until ``_graphs_captured``; 0.34
+    tries the decode table of the batch's query length first."""
+    if m is not None and m.graphs_captured and num_tokens > 0:
+        candidates = list(m.candidates[num_tokens]) if num_tokens < len(m.candidates) else []
+        if uniform_token_count is not None:
+            table = dict(m.decode_descs).get(uniform_token_count, ())
+            n = cdiv(num_tokens, uniform_token_count)
+            if n < len(table):
+                candidates = [table[n], *candidates]
+        for desc in candidates:
+            if is_compatible(desc, num_reqs, num_tokens, uniform_token_count, max_query_len):
+                return desc
+    return BED(NONE, num_tokens, num_reqs)
+
+
+def specialize_spec_tokens(m: CudaGraphManager, desc: BED) -> BED:
+    """``SpeculatorCudaGraphManager.specialize_spec_tokens`` (``33:…/target_dependent_ar/cudagraph_utils.py:37-47``):
+    without dynamic speculative decoding a captured FULL descriptor is kept; a FULL descriptor
+    with no graph becomes NONE instead of reaching ``run_fullgraph``'s assertion."""
+    if desc.cg_mode != FULL or desc in m.graphs:
+        return desc
+    return replace(desc, cg_mode=NONE)

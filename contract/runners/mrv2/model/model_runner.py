@@ -1,0 +1,437 @@
+"""MRV2's ``GPUModelRunner`` (``v1/worker/gpu/model_runner.py``) and the worker's start-up order, as
+an immutable state and a pure step function per event.
+
+- ``load_model``: the model is never wrapped (``33:…/model_runner.py:403,408``, ``34:…:416,421``).
+- ``profile_run``: the first forward, where Dynamo compiles; inner ``CUDAGraphWrapper(PIECEWISE)``s
+  exist iff the class is compiled and the mode *then* has piecewise graphs
+  (``33:compilation/backends.py:678-682``, ``34:…:682-686``).
+- ``profile_cudagraph_memory``: first resolve and managers, a throwaway capture (every PIECEWISE
+  descriptor, the two widest FULL ones, the speculator), ``clear_all_graphs()`` on both wrapper
+  classes, managers dropped (``33:…/cudagraph_utils.py:921-1028,1065-1101``, ``34:…:988-1095,1132-1168``).
+  0.34.0 does all that only with the extensible KV cache off: ``if self.cache_config.enable_extensible_kv_cache:
+  return 0`` comes first (``34:v1/worker/gpu/model_runner.py:1121-1128``), and ``VllmConfig.__post_init__``
+  turns it on by default on CUDA (``34:config/vllm.py:3252-3254``).
+- ``resolve``: ``initialize_kv_cache``'s adaptive-verification rewrite, resolve, a new
+  ``ModelCudaGraphManager`` and the speculator managers (``33:…/model_runner.py:748-792``, ``34:…:783-829``).
+- ``capture_model``: the target manager, then the speculator (``33:…:1086-1139``, ``34:…:1141-1194``).
+- ``execute_model``: dispatch, then ``run_fullgraph`` (FULL), ``run_pw_graph`` (PIECEWISE) or the model
+  (NONE) (``33:…:2051-2097``, ``34:…:2119-2164``); ``propose``: the speculator after a target batch.
+
+No vLLM guard restricts when a wrapper captures under MRV2 (0.33 never clears the flag, 0.34 has
+none), so dispatches carry ``capturing_enabled=None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from contract.core.forward_context import BatchDescriptor
+from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
+from contract.runners.mrv2.model import cudagraph_utils as cgu
+from contract.runners.mrv2.model import spec_decode
+from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
+from contract.core.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
+from contract.core.resolve import ResolveRejected
+from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
+
+PROFILE_NUM_TOKENS = 8  # profile_run's _dummy_run(max_num_tokens, is_profile=True): need_eager, NONE
+PROFILE_MAX_FULL_DESCS = 2  # profile_cudagraph_memory captures the two widest FULL descriptors
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A graph held by a lazy capturer (a breakable runner or the compiled pieces)."""
+
+    layer: str
+    key: object
+    captured_for: object  # Dispatch.key of the capturing dispatch
+    context: str
+
+
+@dataclass(frozen=True)
+class RunnerState:
+    config: Config | None
+    cudagraph_mode: CUDAGraphMode  # compilation_config.cudagraph_mode (resolve writes it)
+    loaded: bool = False
+    compiled_target: bool | None = None  # inner PIECEWISE wrappers, decided at the first forward
+    compiled_drafter: bool = False
+    target: CudaGraphManager | None = None  # self.cudagraph_manager
+    prefill: CudaGraphManager | None = None  # the speculator's prefill (or only) manager
+    decode: CudaGraphManager | None = None  # the speculator's one-token decode manager
+    entries: frozenset[Entry] = frozenset()
+    completed: frozenset[tuple] = frozenset()  # (layer, Dispatch.key) whose capture completed
+    memory_profiled: bool = False
+    resolved: bool = False
+    captured: bool = False
+    halted: str | None = None
+
+
+def has_compiled_submodule(scenario: Scenario, config: Config, draft: bool = False) -> bool:
+    """``has_compiled_submodule`` (``33:…/cudagraph_utils.py:141-147``): an active
+    ``@support_torch_compile`` submodule, i.e. a decorated class and ``do_not_compile`` False
+    (``34:compilation/decorators.py:408-416``: compilation mode NONE disables it)."""
+    decorated = scenario.draft_compiled if draft else scenario.model_compiled
+    return decorated and config.compilation_mode == CompilationMode.VLLM_COMPILE
+
+
+def skips_profiling(scenario: Scenario, policy) -> bool:
+    """``profile_cudagraph_memory`` returns 0 before its throwaway capture: ``if
+    self.cache_config.enable_extensible_kv_cache: return 0`` (``34:v1/worker/gpu/model_runner.py:1123-1125``),
+    the extensible KV cache being on by default on CUDA (``34:config/vllm.py:3252-3254``). 0.33.0
+    always profiles (``33:…/model_runner.py:1069-1073``)."""
+    return policy.extensible_kv_cache_skips_profiling and scenario.extensible_kv_cache
+
+
+def initial_state(scenario: Scenario, policy) -> RunnerState:
+    """``VllmConfig.__post_init__`` (shared with MRV1, without MRV1's ``CudagraphDispatcher`` assert)."""
+    try:
+        config = policy.post_init(scenario, policy.config_revision)
+    except ConfigRejected as exc:
+        return RunnerState(None, NONE, halted=f"config rejected: {exc}")
+    return RunnerState(config, config.cudagraph_mode)
+
+
+def enabled(scenario: Scenario, policy, state: RunnerState, event: Event) -> bool:
+    if state.halted:
+        return False
+    if isinstance(event, LoadModel):
+        return not state.loaded
+    if isinstance(event, ProfileRun):
+        return state.loaded and state.compiled_target is None
+    if state.compiled_target is None:
+        return False
+    if isinstance(event, ProfileCudagraphMemory):
+        # 33:v1/worker/gpu_worker.py:709-717 runs it when mode != NONE; 34:…:742-747 always (the env
+        # flag defaults on), and then 34:…/cudagraph_utils.py:1005-1009 returns at once on NONE.
+        return (state.cudagraph_mode != NONE and not state.memory_profiled and not state.resolved
+                and not state.captured)
+    if isinstance(event, Resolve):
+        # The worker calls initialize_kv_cache once (33:v1/worker/gpu_worker.py:907-910, 34:…:936-958); only
+        # memory profiling runs it before, and drops what it built.
+        return not state.resolved and not state.captured
+    if isinstance(event, CaptureModel):
+        return state.resolved and not state.captured
+    if isinstance(event, ExecuteModel):
+        if event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
+            return False
+        return state.captured
+    if isinstance(event, Propose):
+        if event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
+            return False
+        return state.captured and scenario.drafter is DrafterKind.WITH_MODEL
+    return False
+
+
+class _Step:
+    """One event's dispatches and state changes."""
+
+    def __init__(self, scenario: Scenario, policy, state: RunnerState):
+        self.scenario, self.policy, self.state = scenario, policy, state
+        self.dispatches: list[Dispatch] = []
+        self.changes: list[str] = []
+        self.context = ""
+        self.capture_phase = False
+
+    def set(self, note: str | None = None, **changes) -> None:
+        self.state = replace(self.state, **changes)
+        if note:
+            self.changes.append(note)
+
+    def halt(self, error: str) -> None:
+        self.set(halted=error)
+
+    # -- one forward -------------------------------------------------------------------------
+
+    def _record(self, role: str, desc: BED, actions: list[LayerAction], ran_eager: bool, error: str | None,
+                step_idx: int | None, manager: CudaGraphManager | None) -> Dispatch:
+        key = desc if step_idx is None else (desc, step_idx)
+        layer = manager.layer if manager is not None else role
+        d = Dispatch(role=role, context=self.context, runtime_mode=desc.cg_mode, batch_descriptor=desc,
+                     layers=tuple(actions), capture_phase=self.capture_phase, capturing_enabled=None,
+                     ran_eager=ran_eager, error=error, previously_captured=(layer, key) in self.state.completed,
+                     spec_step_idx=step_idx)
+        self.dispatches.append(d)
+        if error:
+            self.halt(error)
+        return d
+
+    def _complete(self, manager: CudaGraphManager | None, role: str, key: object) -> None:
+        layer = manager.layer if manager is not None else role
+        self.set(completed=self.state.completed | {(layer, key)})
+
+    def _entry(self, layer: str, key: object) -> Entry | None:
+        return next((e for e in self.state.entries if e.layer == layer and e.key == key), None)
+
+    def _lazy(self, actions: list, layer: str, kind: LayerKind, layer_mode, key, for_key, depth: int) -> bool:
+        """A lazy capturer acting on a PIECEWISE call: replay its entry or capture one. True when
+        it captured (its runnable then runs inside the capture)."""
+        entry = self._entry(layer, key)
+        if entry is not None:
+            actions.append(LayerAction(layer, kind, layer_mode, Action.REPLAYED, entry_mode=PIECEWISE,
+                                       entry_key=entry.captured_for, entry_context=entry.context))
+            return False
+        actions.append(LayerAction(layer, kind, layer_mode, Action.CAPTURED, depth=depth))
+        self.set(entries=self.state.entries | {Entry(layer, key, for_key, self.context)})
+        return True
+
+    def _model(self, role: str, mode: CUDAGraphMode, bd: BatchDescriptor, actions: list, for_key, depth: int) -> bool:
+        """``model(**inputs)`` under a forward context: the compiled pieces act on PIECEWISE
+        (``compilation/cuda_graph.py:245-264``); True when the raw model ran eagerly."""
+        compiled = self.state.compiled_drafter if role == "drafter" else self.state.compiled_target
+        if compiled and mode == PIECEWISE:
+            # Per-piece CUDAGraphWrapper(PIECEWISE)s act together: one layer.
+            self._lazy(actions, f"{role}:compiled", LayerKind.compiled, PIECEWISE, bd, for_key, depth)
+            return False
+        return depth == 0
+
+    def run_pw_graph(self, role: str, manager: CudaGraphManager, desc: BED, bd: BatchDescriptor,
+                     step_idx: int | None) -> None:
+        """``run_pw_graph`` (``33:…/cudagraph_utils.py:578-583``, ``34:…:627-632``)."""
+        actions: list[LayerAction] = []
+        for_key = desc if step_idx is None else (desc, step_idx)
+        ran_eager, error = False, None
+        if manager.use_breakable_cg:
+            if not manager.breakable_runner:
+                error = "AssertionError: assert self.breakable_cg_runner is not None"
+            elif self.policy.breakable_runner_mode in (None, PIECEWISE):
+                # BreakableCUDAGraphWrapper acts on any non-NONE mode matching its runtime_mode
+                # (34:compilation/breakable_cudagraph.py:337-347); key_fn adds the module index.
+                key = (bd, step_idx) if manager.key_fn else bd
+                if self._lazy(actions, manager.runner_layer, LayerKind.BreakableCUDAGraphWrapper,
+                              self.policy.breakable_runner_mode, key, for_key, 0):
+                    self._model(role, PIECEWISE, bd, actions, for_key, 1)
+            else:
+                actions.append(LayerAction(manager.runner_layer, LayerKind.BreakableCUDAGraphWrapper,
+                                           self.policy.breakable_runner_mode, Action.PASSED))
+                ran_eager = self._model(role, PIECEWISE, bd, actions, for_key, 0)
+        else:
+            ran_eager = self._model(role, PIECEWISE, bd, actions, for_key, 0)
+        self._record(role, desc, actions, ran_eager, error, step_idx, manager)
+        if not error and any(a.action is Action.CAPTURED for a in actions):
+            self._complete(manager, role, for_key)
+
+    def run_fullgraph(self, role: str, manager: CudaGraphManager, desc: BED, attr: str) -> None:
+        """``run_fullgraph`` (``33:…:555-568``, ``34:…:604-617``): a replay; a descriptor with no
+        graph is vLLM's AssertionError, which stops the engine."""
+        if desc in manager.graphs:
+            action = LayerAction(manager.layer, LayerKind.CudaGraphManager, FULL, Action.REPLAYED,
+                                 entry_mode=FULL, entry_key=desc)
+            self._record(role, desc, [action], False, None, None, manager)
+        elif self.policy.run_fullgraph_captures:
+            self.capture_full(role, manager, desc, attr)
+        else:
+            error = f"AssertionError: No cudagraph for {desc}"
+            action = LayerAction(manager.layer, LayerKind.CudaGraphManager, FULL, Action.RAISED, error=error)
+            self._record(role, desc, [action], False, error, None, manager)
+
+    def capture_full(self, role: str, manager: CudaGraphManager, desc: BED, attr: str) -> None:
+        """``torch.cuda.graph`` around ``forward_fn(NONE)``: no wrapper acts inside
+        (``33:…:486-513``, ``34:…:521-548``)."""
+        if desc in manager.graphs:
+            self.halt(f"AssertionError: Graph already captured for {desc}")
+            return
+        action = LayerAction(manager.layer, LayerKind.CudaGraphManager, FULL, Action.CAPTURED)
+        self._record(role, desc, [action], False, None, None, manager)
+        manager = replace(manager, graphs=manager.graphs | {desc})
+        self.set(**{attr: manager})
+        self._complete(manager, role, desc)
+
+    def eager(self, role: str, desc: BED, step_idx: int | None = None) -> None:
+        self._record(role, desc, [], True, None, step_idx, None)
+
+    def forward(self, role: str, attr: str, desc: BED, step_idxs=(None,)) -> None:
+        """The runner's branch on the descriptor's mode (``execute_model``'s "Run model" block,
+        ``_run_model`` of the speculators)."""
+        manager = getattr(self.state, attr)
+        if desc.cg_mode == FULL:
+            self.run_fullgraph(role, manager, desc, attr)
+            return
+        for step_idx in step_idxs:
+            if self.state.halted:
+                return
+            if desc.cg_mode == PIECEWISE:
+                self.run_pw_graph(role, getattr(self.state, attr), desc, BatchDescriptor(desc.num_tokens), step_idx)
+            else:
+                self.eager(role, desc, step_idx)
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def initialize_kv_cache(self) -> None:
+        s, p, st = self.scenario, self.policy, self.state
+        available = p.piecewise_capture_available(s.breakable, has_compiled_submodule(s, st.config))
+        mode = st.cudagraph_mode
+        if s.adaptive_verification and p.resolve_adaptive_cudagraph_mode is not None:
+            mode = p.resolve_adaptive_cudagraph_mode(mode, available)
+            if mode != st.cudagraph_mode:
+                self.changes.append(f"adaptive verification: cudagraph_mode {st.cudagraph_mode.name} -> {mode.name}")
+        try:
+            resolved = p.resolve(mode, st.config, s.attention_support, s.uniform_decode_query_len, True,
+                                 st.config.cudagraph_capture_sizes, available)
+        except ResolveRejected as exc:
+            self.set(f"resolve rejected: {exc}", halted=f"resolve rejected: {exc}")
+            return
+        r = resolved.cudagraph_mode
+        if r != mode:
+            self.changes.append(f"cudagraph_mode {mode.name} -> {r.name}")
+        sizes = resolved.cudagraph_capture_sizes
+        q = s.uniform_decode_query_len
+        target = cgu.build("target:CudaGraphManager", p.release, r, sizes, q, target_q=q,
+                           use_breakable_cg=p.use_breakable_cg(s.breakable, r),
+                           varlen_decode=s.adaptive_verification)
+        managers = spec_decode.SpeculatorManagers()
+        if s.drafter is DrafterKind.WITH_MODEL:
+            managers = spec_decode.init_cudagraph_manager(s, p, r, sizes)
+        self.set(cudagraph_mode=r, target=target, prefill=managers.prefill, decode=managers.decode, resolved=True)
+        if not p.compile_at_first_forward:
+            self.compile(r)
+
+    def compile(self, mode: CUDAGraphMode) -> None:
+        """Dynamo compile: inner PIECEWISE wrappers iff the class is compiled, attention is in the
+        splitting ops and ``has_piecewise_cudagraphs()`` of the mode at that moment
+        (``33:compilation/backends.py:678-682``, ``34:…:682-686``)."""
+        s, cfg = self.scenario, self.state.config
+        inner = cfg.splitting_ops_contain_attention and mode.has_piecewise_cudagraphs()
+        compiled = has_compiled_submodule(s, cfg) and inner
+        has_drafter = s.drafter is DrafterKind.WITH_MODEL
+        compiled_drafter = has_drafter and has_compiled_submodule(s, cfg, draft=True) and inner
+        self.set(f"compiled under {mode.name}: inner PIECEWISE wrappers {'yes' if compiled else 'no'}"
+                 + (f" (drafter {'yes' if compiled_drafter else 'no'})" if has_drafter else ""),
+                 compiled_target=compiled, compiled_drafter=compiled_drafter)
+
+    def capture_manager(self, which: str, step_idxs=(None,), max_full: int | None = None) -> None:
+        """``CudaGraphManager.capture`` (``33:…:423-515``, ``34:…:455-550``): PIECEWISE descriptors,
+        then FULL, widest first; ``_graphs_captured`` set at the end."""
+        role = "target" if which == "target" else "drafter"
+        manager: CudaGraphManager = getattr(self.state, which)
+        # ModelCudaGraphManager.capture and the speculators' capture() create the runner for the
+        # target and draft-prefill managers only (33:…/cudagraph_utils.py:630-631,
+        # 33:…/target_dependent_ar/speculator.py:124-125); draft decodes never run PIECEWISE.
+        if manager.use_breakable_cg and not manager.breakable_runner and which != "decode":
+            self.set(**{which: replace(manager, breakable_runner=True)})
+        for mode, descs in getattr(self.state, which).capture_descs:
+            for desc in descs[:max_full] if mode == FULL else descs:
+                if self.state.halted:
+                    return
+                if mode == FULL:
+                    self.capture_full(role, getattr(self.state, which), desc, which)
+                else:
+                    self.forward(role, which, desc, step_idxs)
+        if not self.state.halted:
+            self.set(**{which: replace(getattr(self.state, which), graphs_captured=True)})
+
+    def capture_model(self, max_full: int | None = None) -> None:
+        st, s = self.state, self.scenario
+        if st.target is not None:
+            mode = st.target.cudagraph_mode
+            if mode.has_piecewise_cudagraphs() and not (
+                    st.target.use_breakable_cg or has_compiled_submodule(s, st.config)):
+                # ModelCudaGraphManager.capture's backstop (33:…/cudagraph_utils.py:633-641, 34:…:681-689)
+                self.halt(f"RuntimeError: piecewise CUDA graphs (cudagraph_mode={mode.name}) unavailable")
+                return
+            self.capture_manager("target", max_full=max_full)
+        if not self.state.halted and s.drafter is DrafterKind.WITH_MODEL:
+            spec_decode.capture(self, s, spec_decode.SpeculatorManagers(self.state.prefill, self.state.decode))
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def batch(self, num_tokens: int, uniform: bool) -> tuple[int, int | None, int]:
+        """(num_reqs, uniform_token_count, max_query_len) of an abstract batch: a uniform decode
+        batch has ``q`` tokens per request; a mixed one is taken at its most requests, with one
+        request longer than ``q`` (a prefill)."""
+        q = self.scenario.uniform_decode_query_len
+        if uniform:
+            return num_tokens // q, q, q
+        return min(num_tokens, MAX_NUM_SEQS), None, q + 1
+
+    def target_num_tokens_after_padding(self, num_tokens: int, uniform: bool) -> int:
+        """``max(num_tokens, batch_desc.num_tokens)`` (``33:…/model_runner.py:1396``, ``34:…:1466``)."""
+        num_reqs, utc, mql = self.batch(num_tokens, uniform)
+        return max(num_tokens, cgu.dispatch(self.state.target, num_reqs, num_tokens, utc, mql).num_tokens)
+
+    def execute_model(self, event: ExecuteModel) -> None:
+        num_reqs, utc, mql = self.batch(event.num_tokens, event.uniform_decode)
+        if event.force_eager:  # need_eager: dispatch_cg_and_sync_dp returns NONE
+            desc = BED(NONE, event.num_tokens, num_reqs)
+        else:
+            desc = cgu.dispatch(self.state.target, num_reqs, event.num_tokens, utc, mql)
+        self.forward("target", "target", desc)
+
+    def draft_forward(self, which: str, num_reqs: int, num_tokens: int, utc: int | None, mql: int | None,
+                      step_idxs, specialize: bool = False) -> None:
+        """``dispatch_cg_and_sync_dp`` on a speculator manager (one DP rank), then its run branch."""
+        if self.state.halted:
+            return
+        manager = getattr(self.state, which)
+        desc = cgu.dispatch(manager, num_reqs, num_tokens, utc, mql)
+        if specialize and manager is not None:
+            desc = cgu.specialize_spec_tokens(manager, desc)
+        self.context = "propose" if which == "prefill" else "propose_decode"
+        self.forward("drafter", which, desc, step_idxs)
+
+
+def step(scenario: Scenario, policy, state: RunnerState, event: Event, index: int = 0) -> tuple[RunnerState, StepRecord]:
+    st = _Step(scenario, policy, state)
+    st.context = event.kind
+    try:
+        extra = _apply(st, scenario, policy, state, event)
+    except AssertionError as exc:
+        st.set(halted=f"AssertionError: {exc}" if str(exc) else "AssertionError")
+        extra = {}
+    record = StepRecord(index=index, event=event, dispatches=tuple(st.dispatches),
+                        halted=st.state.halted if st.state.halted != state.halted else None,
+                        changes=tuple(st.changes), **extra)
+    return st.state, record
+
+
+def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Event) -> dict:
+    extra: dict = {}
+    has_drafter = scenario.drafter is DrafterKind.WITH_MODEL
+    if isinstance(event, LoadModel):
+        st.set("model loaded unwrapped", loaded=True)
+        extra["stacks"] = {"target": "model"} | ({"drafter": "drafter.model"} if has_drafter else {})
+        extra["unwrap"] = dict(extra["stacks"])
+    elif isinstance(event, ProfileRun):
+        if policy.compile_at_first_forward:
+            st.compile(state.cudagraph_mode)
+        else:
+            st.set(compiled_target=False, compiled_drafter=False)
+        st.eager("target", BED(NONE, PROFILE_NUM_TOKENS, MAX_NUM_SEQS))
+        if has_drafter:
+            spec_decode.profile(st, scenario, policy.release, PROFILE_NUM_TOKENS)
+    elif isinstance(event, ProfileCudagraphMemory) and skips_profiling(scenario, policy):
+        st.set("extensible KV cache: profiling returns 0, nothing captured or resolved", memory_profiled=True)
+        extra["cudagraph_mode"] = st.state.cudagraph_mode
+    elif isinstance(event, ProfileCudagraphMemory):
+        st.set(memory_profiled=True)
+        st.initialize_kv_cache()
+        if not st.state.halted:
+            st.capture_phase = True
+            st.capture_model(max_full=PROFILE_MAX_FULL_DESCS)
+            st.capture_phase = False
+        if not st.state.halted:
+            # finally: CUDAGraphWrapper.clear_all_graphs() and BreakableCUDAGraphWrapper.clear_all_graphs(),
+            # then _teardown_profiling_state drops every manager and its breakable runner.
+            kept = frozenset() if policy.profiling_clears_graphs else frozenset(
+                e for e in st.state.entries if e.layer.endswith(":compiled"))
+            st.set("profiling graphs cleared; managers dropped" if policy.profiling_clears_graphs
+                   else "managers dropped; compiled graphs kept", entries=kept, completed=frozenset(),
+                   target=None, prefill=None, decode=None, resolved=False)
+        extra["cudagraph_mode"] = st.state.cudagraph_mode
+    elif isinstance(event, Resolve):
+        st.initialize_kv_cache()
+        extra["cudagraph_mode"] = st.state.cudagraph_mode
+        if st.state.prefill is not None:
+            extra["drafter_cudagraph_mode"] = st.state.prefill.cudagraph_mode
+    elif isinstance(event, CaptureModel):
+        st.set(captured=True)
+        st.capture_phase = True
+        st.capture_model()
+        st.capture_phase = False
+    elif isinstance(event, ExecuteModel):
+        st.execute_model(event)
+    elif isinstance(event, Propose):
+        spec_decode.propose(st, scenario, policy.release, event.num_tokens, event.uniform_decode)
+    else:  # pragma: no cover - Event is a closed union
+        raise TypeError(f"unknown event {event!r}")
+    return extra

@@ -1,0 +1,84 @@
+"""Model Runner V2's mutants: the managers, the speculators, resolve, memory profiling and compile
+timing, each changed in one place (``contract/core/mutant.py``)."""
+
+from __future__ import annotations
+
+from contract.core.modes import FULL
+from contract.core.mutant import Mutant, replacing
+
+
+def _available_regardless(breakable, has_compiled_submodule):
+    return True
+
+
+def _breakable_regardless_of_piecewise(breakable, mode):
+    return breakable
+
+
+def _breakable_regardless_of_switch(breakable, mode):
+    return mode.has_piecewise_cudagraphs()
+
+
+def _draft_decode_target_mode(target_mode):
+    return target_mode
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("mrv2_breakable_runner_full", "mrv2_0_34", "manager",
+           "init_breakable_cg_runner builds the runner with runtime_mode=FULL: PIECEWISE dispatches pass it and "
+           "run the uncompiled (breakable) model eagerly",
+           kills=frozenset(['P1']),
+           build=replacing(breakable_runner_mode=FULL)),
+    Mutant("mrv2_run_fullgraph_captures", "mrv2_0_33", "manager",
+           "run_fullgraph captures a missing FULL graph lazily instead of asserting",
+           equivalent="every descriptor dispatch can return is captured before _graphs_captured is set, and "
+                      "specialize_spec_tokens maps an uncaptured draft decode descriptor to NONE, so run_fullgraph "
+                      "never misses in the modelled space",
+           build=replacing(run_fullgraph_captures=True)),
+    Mutant("mrv2_pw_available_ignores_compiled", "mrv2_0_33", "resolve",
+           "piecewise_capture_available ignores has_compiled_submodule: an undecorated model keeps PIECEWISE "
+           "through resolve and ModelCudaGraphManager.capture's backstop stops the engine",
+           kills=frozenset(['P1', 'halt']),
+           build=replacing(piecewise_capture_available=_available_regardless)),
+    Mutant("mrv2_use_breakable_cg_ignores_has_piecewise", "mrv2_0_34", "manager",
+           "use_breakable_cg = is_breakable_cudagraph_enabled(cc), without has_piecewise_cudagraphs()",
+           equivalent="a manager whose mode has no piecewise graphs has no PIECEWISE descriptor, so run_pw_graph is "
+                      "never reached; the extra breakable runner is built and never called",
+           build=replacing(use_breakable_cg=_breakable_regardless_of_piecewise)),
+    Mutant("mrv2_use_breakable_cg_ignores_switch", "mrv2_0_34", "manager",
+           "use_breakable_cg = has_piecewise_cudagraphs() alone: with breakable off the match-any runner wraps the "
+           "compiled model, so a PIECEWISE capture nests the compiled pieces' capture inside the runner's",
+           kills=frozenset(['P1', 'P3']),
+           build=replacing(use_breakable_cg=_breakable_regardless_of_switch)),
+    Mutant("mrv2_draft_decode_takes_target_mode", "mrv2_0_34", "speculator",
+           "the draft decode manager takes the target's mode instead of FULL_DECODE_ONLY/NONE: draft decodes "
+           "dispatch PIECEWISE, which the decode manager has no breakable runner for",
+           kills=frozenset(['P1', 'halt']),
+           build=replacing(draft_decode_mode=_draft_decode_target_mode)),
+    Mutant("mrv2_multi_module_key_fn_dropped", "mrv2_0_33", "speculator",
+           "multi-module MTP's breakable runner built without key_fn: module step 1 replays the graph captured "
+           "for step 0",
+           kills=frozenset(['P5']),
+           build=replacing(multi_module_key_fn=False)),
+    Mutant("mrv2_multi_module_remap_skipped", "mrv2_0_34", "speculator",
+           "multi-module MTP keeps compiled PIECEWISE: the compiled pieces do not specialise the module index, "
+           "so step 1 replays step 0's graph",
+           kills=frozenset(['P1', 'P5']),
+           build=replacing(multi_module_remap=False)),
+    Mutant("mrv2_profiling_graphs_not_cleared", "mrv2_0_34", "profiling",
+           "profile_cudagraph_memory skips clear_all_graphs(): capture_model replays the compiled pieces' "
+           "graphs captured into the discarded profiling pool",
+           kills=frozenset(['P5']),
+           build=replacing(profiling_clears_graphs=False)),
+    Mutant("mrv2_adaptive_verification_skipped", "mrv2_0_34", "resolve",
+           "resolve_adaptive_cudagraph_mode not applied: FULL is not rewritten to FULL_AND_PIECEWISE, which hides "
+           "lead L1 under adaptive verification, and a mode resolve lowered to PIECEWISE no longer trips its "
+           "full-graphs assertion at the second initialize_kv_cache",
+           kills=frozenset(['P1', 'halt']),
+           build=replacing(resolve_adaptive_cudagraph_mode=None)),
+    Mutant("mrv2_compile_at_resolve", "mrv2_0_33", "compile",
+           "inner PIECEWISE wrappers decided from the resolved mode instead of the load-time mode at the first "
+           "forward: hides lead L1",
+           kills=frozenset(['P1']),
+           build=replacing(compile_at_first_forward=False)),
+)

@@ -1,0 +1,79 @@
+"""An MRV2 policy: one vLLM release's MRV2 rules, each a replaceable pure function so a mutant (or
+a ``--vllm-src`` tree) changes exactly one of them.
+
+MRV2 never wraps the model (``v1/worker/gpu/model_runner.py:403,408`` in 0.33.0), so an MRV2 policy
+has no ``load_model``; what varies between releases and branches is how the managers are built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contract.core import resolve as _resolve
+from contract.core import scenario as _scenario
+from contract.core.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, CUDAGraphMode
+from contract.core.engine import Engine
+from contract.core.scenario import ConfigRevision, Runner
+from contract.runners.mrv2.model.engine import ENGINE
+
+
+def use_breakable_cg(breakable: bool, cudagraph_mode: CUDAGraphMode) -> bool:
+    """``is_breakable_cudagraph_enabled(...) and cudagraph_mode.has_piecewise_cudagraphs()``
+    (``33:v1/worker/gpu/cudagraph_utils.py:195-198``, ``34:…:228-231``)."""
+    return breakable and cudagraph_mode.has_piecewise_cudagraphs()
+
+
+def piecewise_capture_available(breakable: bool, has_compiled_submodule: bool) -> bool:
+    """``VLLM_USE_BREAKABLE_CUDAGRAPH or has_compiled_submodule(self.model)``
+    (``33:v1/worker/gpu/model_runner.py:748-750``, ``34:…:783-786``)."""
+    return breakable or has_compiled_submodule
+
+
+def resolve_adaptive_cudagraph_mode(mode: CUDAGraphMode, piecewise_capture_available: bool) -> CUDAGraphMode:
+    """``33:…/spec_decode/adaptive_verification.py:36-43``, ``34:…:37-44``: FULL_DECODE_ONLY stays, no
+    piecewise capture gives FULL_DECODE_ONLY, anything else (FULL included) FULL_AND_PIECEWISE."""
+    assert mode.has_full_cudagraphs()
+    if mode == FULL_DECODE_ONLY or not piecewise_capture_available:
+        return FULL_DECODE_ONLY
+    return FULL_AND_PIECEWISE
+
+
+def draft_decode_mode(target_mode: CUDAGraphMode) -> CUDAGraphMode:
+    """Draft decodes: FULL_DECODE_ONLY if the target's decode mode is FULL, else NONE; PIECEWISE
+    is never used (``33:…/target_dependent_ar/speculator.py:98-107``, ``34:…/autoregressive/speculator.py:36-52``)."""
+    return FULL_DECODE_ONLY if target_mode.decode_mode() == FULL else NONE
+
+
+@dataclass(frozen=True)
+class Mrv2Policy:
+    name: str
+    release: str  # "0.33" or "0.34"
+    description: str = ""
+    source: str = "built-in"
+    runner: Runner = Runner.MRV2
+    config_revision: ConfigRevision = ConfigRevision.V0_30
+    # vLLM behaviour, replaced only by mutants and --vllm-src trees.
+    post_init: Callable = _scenario.post_init
+    resolve: Callable = _resolve.resolve_cudagraph_mode_and_sizes
+    use_breakable_cg: Callable[[bool, CUDAGraphMode], bool] = use_breakable_cg
+    piecewise_capture_available: Callable[[bool, bool], bool] = piecewise_capture_available
+    resolve_adaptive_cudagraph_mode: Callable | None = resolve_adaptive_cudagraph_mode  # None: not applied
+    draft_decode_mode: Callable[[CUDAGraphMode], CUDAGraphMode] = draft_decode_mode
+    breakable_runner_mode: CUDAGraphMode | None = None  # init_breakable_cg_runner passes no runtime_mode
+    run_fullgraph_captures: bool = False  # run_fullgraph asserts the graph exists
+    multi_module_key_fn: bool = True  # key_fn = spec_step_idx % num_layers
+    multi_module_remap: bool = True  # compiled PIECEWISE remapped to FULL_DECODE_ONLY/NONE
+    profiling_clears_graphs: bool = True  # clear_all_graphs() on both wrapper classes
+    # profile_cudagraph_memory returns 0 before any capture when cache_config.enable_extensible_kv_cache
+    # is on (0.34.0 only: 34:v1/worker/gpu/model_runner.py:1123-1125; 0.33.0 has no such setting)
+    extensible_kv_cache_skips_profiling: bool = False
+    compile_at_first_forward: bool = True  # inner PIECEWISE wrappers decided under the load-time mode
+
+    @property
+    def engine(self) -> Engine:
+        return ENGINE
+
+    def mutate(self, name: str, description: str, **changes) -> Mrv2Policy:
+        return dataclasses.replace(self, name=name, description=description, **changes)

@@ -1,0 +1,109 @@
+"""Model Runner V2's scenario space and event alphabet: what the explorer enumerates and the
+Hypothesis machine draws for an MRV2 policy."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import strategies as hst
+
+from contract.core.events import START_UP, ExecuteModel, Propose
+from contract.core.modes import (
+    FULL,
+    FULL_AND_PIECEWISE,
+    FULL_DECODE_ONLY,
+    NONE,
+    PIECEWISE,
+    AttentionCGSupport,
+    CompilationMode,
+    CUDAGraphMode,
+)
+from contract.core.scenario import (
+    NUM_TOKENS_DOMAIN,
+    ConfigRejected,
+    DrafterKind,
+    Runner,
+    Scenario,
+    Speculator,
+    SplittingOps,
+)
+from contract.runners.mrv2.model.model_runner import has_compiled_submodule, skips_profiling
+
+
+def alphabet(scenario: Scenario) -> tuple:
+    q = scenario.uniform_decode_query_len
+    serving = [ExecuteModel(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
+               if not uniform or n % q == 0 for eager in (False, True)]
+    serving += [Propose(n, uniform) for n in NUM_TOKENS_DOMAIN for uniform in (False, True) if not uniform or n % q == 0]
+    return START_UP + tuple(serving)
+
+
+def behaviour_key(scenario: Scenario, policy) -> tuple:
+    try:
+        config = policy.post_init(scenario, policy.config_revision)
+        compiled = (has_compiled_submodule(scenario, config), has_compiled_submodule(scenario, config, draft=True))
+    except ConfigRejected as exc:
+        config, compiled = str(exc), None
+    # MRV2 never reads speculative_config.enforce_eager under v1/worker/gpu/, and reads the model
+    # classes only through has_compiled_submodule.
+    return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator,
+            scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
+            skips_profiling(scenario, policy))
+
+
+def all_scenarios() -> list[Scenario]:
+    """Every valid MRV2 scenario, vLLM's defaults first."""
+    out = []
+    drafters = [(DrafterKind.NONE, Speculator.EAGLE, True)] + [
+        (DrafterKind.WITH_MODEL, spec, dc) for spec in Speculator for dc in (True, False)] + [
+        (DrafterKind.WITHOUT_MODEL, Speculator.EAGLE, True)]
+    for (breakable, mode, cmode, split, (drafter, spec, dc), support, q, mc, av, ext) in itertools.product(
+            (False, True), (FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
+            (CompilationMode.VLLM_COMPILE, CompilationMode.NONE), tuple(SplittingOps), drafters,
+            tuple(AttentionCGSupport), (1, 2, 3), (True, False), (False, True), (True, False)):
+        fields = dict(runner=Runner.MRV2, breakable=breakable, cudagraph_mode=mode, compilation_mode=cmode,
+                      splitting_ops=split, drafter=drafter, speculator=spec, draft_compiled=dc,
+                      attention_support=support, uniform_decode_query_len=q, model_compiled=mc,
+                      adaptive_verification=av, extensible_kv_cache=ext)
+        try:
+            out.append(Scenario(**fields))
+        except ValueError:
+            continue
+    return out
+
+
+def canonical_scenarios(policy) -> list[Scenario]:
+    """One scenario per behaviour class, the first (most default-like) of each."""
+    seen: dict[tuple, Scenario] = {}
+    for s in all_scenarios():
+        seen.setdefault(behaviour_key(s, policy), s)
+    return list(seen.values())
+
+
+def scenarios():
+    """The Hypothesis strategy for MRV2 scenarios: every modelled setting, field by field."""
+
+    @hst.composite
+    def draw_scenario(draw) -> Scenario:
+        drafter = draw(hst.sampled_from([DrafterKind.NONE, DrafterKind.WITH_MODEL, DrafterKind.WITH_MODEL,
+                                         DrafterKind.WITHOUT_MODEL]))
+        has_spec = drafter is not DrafterKind.NONE
+        with_model = drafter is DrafterKind.WITH_MODEL
+        return Scenario(
+            runner=Runner.MRV2,
+            breakable=draw(hst.booleans()),
+            cudagraph_mode=draw(hst.sampled_from(CUDAGraphMode)),
+            compilation_mode=draw(hst.sampled_from(CompilationMode)),
+            splitting_ops=draw(hst.sampled_from(SplittingOps)),
+            drafter=drafter,
+            attention_support=draw(hst.sampled_from(AttentionCGSupport)),
+            uniform_decode_query_len=draw(hst.sampled_from((2, 3))) if has_spec else 1,
+            speculator=draw(hst.sampled_from(Speculator)) if with_model else Speculator.EAGLE,
+            model_compiled=draw(hst.sampled_from((True, True, False))),
+            draft_compiled=draw(hst.booleans()) if with_model else True,
+            adaptive_verification=has_spec and draw(hst.sampled_from((False, False, True))),
+            extensible_kv_cache=draw(hst.sampled_from((True, True, False))),
+        )
+
+    return draw_scenario()
+

@@ -1,0 +1,143 @@
+"""One Model Runner V2 conformance run: start vLLM's MRV2 code, replay the corpus, collect results.
+
+The generated corpus is every MRV2 scenario without a speculator or with a replayed one
+(``scenario.all_scenarios(Runner.MRV2)``, with ``model_compiled`` and ``draft_compiled`` both ways, and
+``extensible_kv_cache`` both ways for a release that reads it) under the MRV1 corpus's event script,
+as far as the model's runner takes it; ``covering`` keeps one trace per new observation cell
+(``corpus.select``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from collections.abc import Iterator
+
+from contract.real import corpus as corpus_mod
+from contract.real.compare import TraceResult, compare, predict
+from contract.real.errors import first_line
+from contract.real.run import ConformanceRun, ReplayProblem, finding
+from contract.core.policy import Policy
+from contract.core.scenario import DrafterKind, Runner, Speculator, all_scenarios
+from contract.core.trace import Trace, TraceError, record
+
+# The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
+# (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
+# from the runner's request states, which the stand-in runner does not keep.
+# The DFlash family's capture and propose store the target's hidden states as the draft model's
+# context K/V through its attention layers and build DFlash-specific attention metadata
+# (34:v1/worker/gpu/spec_decode/dflash/speculator.py:166-186,266-334,399-445), which a draft
+# model without attention layers cannot stand in for.
+NOT_REPLAYED_SPECULATOR = ("not replayed (MRV2 speculator {}: its capture and propose write the draft "
+                           "model's context K/V through attention layers the stand-in model does not have)")
+NOT_REPLAYED_WITHOUT_MODEL = "not replayed (MRV2 speculator without a draft model: needs the runner's request states)"
+
+
+# Speculators the replay builds from the installed release (contract/runners/mrv2/real/spec_decode.py).
+REPLAYED_SPECULATORS = frozenset({Speculator.EAGLE, Speculator.MULTI_MODULE_MTP, Speculator.STANDALONE_AR})
+
+
+def scenarios(policy: Policy) -> Iterator:
+    """MRV2 scenarios, each with a compiled-class model and with an undecorated one
+    (``model_compiled``); with a replayed speculator, each with a compiled and an uncompiled draft
+    class (``draft_compiled``, lead L2) and with and without adaptive verification; under a release
+    whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
+    ``profile_cudagraph_memory`` captures. ``spec_enforce_eager`` is left at False: MRV2 never reads it."""
+    kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
+    for extensible in kv_cache:
+        for s in all_scenarios(Runner.MRV2):
+            s = replace(s, extensible_kv_cache=extensible)
+            if s.drafter is DrafterKind.NONE:
+                yield s
+                yield replace(s, model_compiled=False)
+            elif s.drafter is DrafterKind.WITH_MODEL and not s.spec_enforce_eager:
+                for speculator in sorted(REPLAYED_SPECULATORS, key=lambda v: v.name):
+                    for draft_compiled, adaptive in ((True, False), (False, False), (True, True)):
+                        try:
+                            yield replace(s, speculator=speculator, draft_compiled=draft_compiled,
+                                          adaptive_verification=adaptive)
+                        except ValueError:
+                            continue
+
+
+def generated(policy: Policy) -> Iterator[Trace]:
+    for i, scenario in enumerate(scenarios(policy)):
+        events = corpus_mod.runnable_events(scenario, policy)
+        yield record(scenario, policy, events, name=f"mrv2-covering-{i:04d}", origin={"engine": "conformance-corpus"})
+
+
+def session():
+    """A replay session on the installed vLLM (imports vLLM and torch: the release's environment only)."""
+    from contract.runners.mrv2.real.replay import Session
+
+    return Session()
+
+
+def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: str) -> ConformanceRun:
+    replayable = []
+    for trace, source in files:
+        if trace.scenario.runner is not Runner.MRV2:
+            replayable.append((trace, source))
+            continue
+        try:
+            predict(trace, policy)
+        except TraceError as exc:
+            if trace.policy == policy.name:
+                raise ReplayProblem(f"trace {source}: {exc}") from None
+        replayable.append((trace, source))
+    from contract.runners.mrv2.real.replay import Session
+
+    try:
+        session = Session()
+    except Exception as exc:  # noqa: BLE001 - any failure to start is an environment problem
+        raise ReplayProblem(f"vLLM {version}'s MRV2 code does not start on this machine: {first_line(exc)}") from None
+    out = ConformanceRun(
+        version=session.version, policy=policy.name,
+        block={"where": ", ".join(f"{k} {v}" for k, v in session.blocks.where().items()),
+               "digest": "", "revision": None, "policy": None, "runner": "MRV2",
+               "blocks": session.blocks.where(), "digests": session.blocks.digests()},
+        corpus=corpus,
+    )
+    for trace, source in replayable:
+        result = _compare(session, trace, policy, source)
+        out.results.append(result)
+        if trace.policy == policy.name and result.violations:
+            out.findings.append(finding(result, policy.name, result.violations))
+    if corpus != "none":
+        traces = generated(policy)
+        if corpus == "covering":
+            traces = iter(corpus_mod.select(traces))
+        counts: Counter = Counter()
+        for trace in traces:
+            result = _compare(session, trace, policy, trace.name)
+            out.generated["traces"] += 1
+            out.generated["steps"] += result.steps
+            out.generated["agreeing"] += result.agreeing
+            counts.update({v["property"] for v in result.violations})
+            if result.diffs:
+                out.generated_diffs.append(result)
+        out.generated["violations"] = dict(sorted(counts.items()))
+    from contract.real.decisions import WHERE
+    from contract.runners.mrv2.real import decision_points
+
+    out.decisions = session.decisions.to_json()
+    out.where = dict(sorted(WHERE.items()))
+    out.mirrored = decision_points.mirrored(session.version)
+    return out
+
+
+def _compare(session, trace: Trace, policy: Policy, source: str):
+    from contract.runners.mrv2.real.replay import CannotBuild
+
+    if trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is DrafterKind.WITHOUT_MODEL:
+        return TraceResult(trace.name or source, source, trace.policy, NOT_REPLAYED_WITHOUT_MODEL)
+    if (trace.scenario.runner is Runner.MRV2 and trace.scenario.drafter is DrafterKind.WITH_MODEL
+            and trace.scenario.speculator not in REPLAYED_SPECULATORS):
+        return TraceResult(trace.name or source, source, trace.policy,
+                           NOT_REPLAYED_SPECULATOR.format(trace.scenario.speculator.name))
+    try:
+        return compare(session, trace, policy, source, Runner.MRV2)
+    except (CannotBuild, TraceError) as exc:
+        raise ReplayProblem(f"trace {source}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the adapter could not drive vLLM's code for this trace
+        raise ReplayProblem(f"trace {source}: vLLM's MRV2 code could not be run on it: {first_line(exc)}") from None

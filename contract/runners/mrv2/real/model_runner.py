@@ -1,0 +1,205 @@
+"""Beside ``v1/worker/gpu/model_runner.py``: its mode- and capturer-deciding code, run unchanged.
+
+- ``initialize_kv_cache``: the statements from ``piecewise_capture_available = …`` to the
+  ``ModelCudaGraphManager(...)`` construction (adaptive verification's rewrite, resolve, the new
+  manager; ``33:…:748-774``, ``34:…:783-811``), and ``speculator.init_cudagraph_manager`` (``33:…:789-792``,
+  ``34:…:826-829``);
+- ``execute_model``: the statements that read the scheduled batch (request and token counts,
+  ``gather_batch_req_state``, the prefill rule for ``max_query_len``; ``33:…:1800-1816``,
+  ``34:…:1863-1878``), the ``dispatch_cg_and_sync_dp`` statement (``33:…:1832-1848``, ``34:…:1894-1910``)
+  and the "Run model" branch (``33:…:2051-2097``, ``34:…:2119-2164``); between them, the padded
+  token count and padding mask of ``prepare_inputs`` (``33:…:1395-1401``, ``34:…:1465-1471``);
+- ``capture_model``: the whole method, called unbound on the stand-in runner, and so is
+  ``profile_cudagraph_memory`` (``v1/worker/gpu/cudagraph_utils.py``), whose KV-cache bootstrap
+  (``_init_minimal_kv_cache_for_profiling``) calls the runner's ``initialize_kv_cache`` with a
+  stand-in config.
+
+The scheduler's side of a step is the harness's (``scheduled_batch``): the trace event as a
+``SchedulerOutput`` and the request states ``gather_batch_req_state`` reads (a uniform decode is
+``n/q`` running requests of ``q`` tokens, any other batch ``min(n, max_num_seqs)`` prefilling
+requests sharing ``n`` tokens); what the runner makes of it is vLLM's.
+
+The stand-in runner holds what those read (``GPUModelRunner.__init__``/``load_model``), with
+stand-ins for the KV-cache plumbing that decides nothing about graphs: a model state whose dummy
+and attention inputs are empty, dummy block tables, a KV-cache config without groups, a no-op KV
+connector, no expert load balancer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from dataclasses import dataclass
+
+import torch
+
+from contract.runners.mrv2.real.blocks import Block, cut
+
+RUNNER = "GPUModelRunner"
+
+
+@dataclass(frozen=True)
+class Blocks:
+    initialize_kv_cache: Block
+    init_speculator_cudagraph_manager: Block
+    batch: Block
+    dispatch: Block
+    prepare_inputs: Block
+    run_model: Block
+
+    def where(self) -> dict[str, str]:
+        return {name: getattr(self, name).where for name in self.__dataclass_fields__}
+
+    def digests(self) -> dict[str, str]:
+        return {name: getattr(self, name).digest for name in self.__dataclass_fields__}
+
+
+def load(module) -> Blocks:
+    return Blocks(
+        initialize_kv_cache=cut(
+            module, RUNNER, "initialize_kv_cache",
+            [("piecewise_capture_available = ", "self.cudagraph_manager = ModelCudaGraphManager(")],
+            ("attn_cg_support", "is_profiling"),
+        ),
+        init_speculator_cudagraph_manager=cut(
+            module, RUNNER, "initialize_kv_cache", [("if self.speculator is not None:", None)],
+            ("cudagraph_mode",), contains="init_cudagraph_manager(cudagraph_mode)",
+        ),
+        batch=cut(
+            module, RUNNER, "execute_model",
+            [("num_reqs = len(scheduler_output.num_scheduled_tokens)", "if batch_req_state is not None")],
+            ("scheduler_output", "dummy_run"),
+        ),
+        dispatch=cut(
+            module, RUNNER, "execute_model", [("batch_desc, dp_sync_state = dispatch_cg_and_sync_dp(", None)],
+            ("num_reqs", "num_toks", "uniform_tok_count", "max_query_len", "is_profile", "skip_compiled",
+             "num_active_loras", "skip_attn_for_dummy_run", "scheduler_output"),
+        ),
+        prepare_inputs=cut(
+            module, RUNNER, "prepare_inputs",
+            [("num_tokens = batch_req_state.num_tokens", "if envs.VLLM_MOE_SKIP_PADDING")],
+            ("batch_req_state", "batch_desc"),
+        ),
+        run_model=cut(
+            module, RUNNER, "execute_model", [("if batch_desc.cg_mode == CUDAGraphMode.FULL:", None)],
+            ("batch_desc", "dp_sync_state", "scheduler_output", "input_batch", "attn_metadata", "model_inputs",
+             "ubatch_state", "ubatch_slices", "slot_mappings_by_layer", "skip_compiled"),
+            contains="run_fullgraph",
+        ),
+    )
+
+
+class _ModelState:
+    """``ModelState`` as the capture and run paths read it, for a decoder-only text model."""
+
+    supports_mm_inputs = False
+
+    def prepare_dummy_inputs(self, num_reqs, num_tokens):
+        return {}
+
+    def prepare_attn(self, *args, **kwargs):
+        return {}
+
+    def capture_inner_cudagraphs(self, *args, **kwargs):
+        return None  # only DeepSeek-V4.1's decoder replay has inner graphs
+
+
+class _BlockTables:
+    cp_size = 1
+
+    def get_dummy_block_tables(self, num_reqs):
+        return ()
+
+    def get_dummy_slot_mappings(self, num_tokens):
+        return torch.zeros((0, num_tokens), dtype=torch.int64)
+
+    num_kv_cache_groups = 0
+
+    def compute_slot_mappings(self, idx_mapping, query_start_loc, positions, num_tokens, out=None):
+        return torch.zeros((0, num_tokens), dtype=torch.int64)  # the draft decode steps' (no KV groups)
+
+
+class _KVConnector:
+    def pre_forward(self, *args, **kwargs):
+        return None
+
+    def finish_forward(self):
+        return None
+
+    def reset_capture_state(self):
+        return None
+
+
+def kv_cache_config() -> types.SimpleNamespace:
+    """A ``KVCacheConfig`` without groups: no attention layer exists to hold a KV cache."""
+    return types.SimpleNamespace(kv_cache_groups=[], num_blocks=0, has_mamba_layers=False)
+
+
+def scheduled_batch(runner, num_tokens: int, uniform_decode: bool) -> types.SimpleNamespace:
+    """The ``SchedulerOutput`` of a trace's ``execute_model(num_tokens, uniform_decode)``; sets
+    ``runner.req_states`` to the request states it schedules. A decode request has its whole prompt
+    computed, a prefilling one none of it (``gather_batch_req_state``: ``is_prefilling``)."""
+    import numpy as np
+
+    q = runner.decode_query_len
+    if uniform_decode:
+        tokens = [q] * (num_tokens // q)
+        prefill_len, computed = [1] * len(tokens), [1] * len(tokens)
+    else:
+        num_reqs = min(num_tokens, runner.max_num_reqs)
+        tokens = [num_tokens // num_reqs] * num_reqs
+        tokens[-1] += num_tokens % num_reqs
+        prefill_len, computed = list(tokens), [0] * num_reqs
+    req_ids = [f"req-{i}" for i in range(len(tokens))]
+    runner.req_states = types.SimpleNamespace(
+        req_id_to_index={r: i for i, r in enumerate(req_ids)},
+        prefill_len=types.SimpleNamespace(np=np.array(prefill_len, dtype=np.int32)),
+        num_computed_prefill_tokens=np.array(computed, dtype=np.int32),
+        max_seq_len=None,
+    )
+    return types.SimpleNamespace(num_scheduled_tokens=dict(zip(req_ids, tokens)), total_num_scheduled_tokens=num_tokens,
+                                 scheduled_spec_decode_tokens={}, skip_drafts=False)
+
+
+def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace:
+    """The ``self`` of the blocks and of ``capture_model``."""
+    from vllm.v1.worker.gpu.input_batch import InputBuffers
+
+    scheduler = vllm_config.scheduler_config
+    gmr = getattr(module, RUNNER)
+    runner = types.SimpleNamespace(
+        vllm_config=vllm_config,
+        compilation_config=vllm_config.compilation_config,
+        parallel_config=vllm_config.parallel_config,
+        model=model,
+        device=device,
+        max_num_reqs=scheduler.max_num_seqs,
+        max_num_tokens=scheduler.max_num_batched_tokens,
+        decode_query_len=1 + vllm_config.num_speculative_tokens,
+        kv_cache_config=kv_cache_config(),
+        cache_config=vllm_config.cache_config,
+        lora_config=None,
+        lora_capture_cases=None,
+        adaptive_verification=None,
+        ubatch_runner=None,
+        pcp_manager=None,
+        speculator=None,
+        dp_size=1,
+        dp_rank=0,
+        cudagraph_manager=None,
+        model_state=_ModelState(),
+        input_buffers=InputBuffers(scheduler.max_num_seqs, scheduler.max_num_batched_tokens, device),
+        intermediate_tensors=None,
+        block_tables=_BlockTables(),
+        attn_groups=[],
+        use_aux_hidden_state_outputs=False,
+        kv_connector=_KVConnector(),
+        eplb=types.SimpleNamespace(suppress=contextlib.nullcontext),  # expert load balancing: no MoE
+        _draft_workspace_lane=0,  # int(uses a separate lane): DSpark only (33:…:210-212, 34:…:217-220)
+        use_pp=False,
+        req_states=None,  # scheduled_batch's
+    )
+    for name in ("maybe_setup_dummy_loras", "maybe_remove_all_loras", "needs_cudagraph_capture", "capture_model",
+                 "gather_batch_req_state"):
+        setattr(runner, name, types.MethodType(getattr(gmr, name), runner))
+    return runner
