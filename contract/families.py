@@ -23,6 +23,8 @@ from contract.runners.mrv2.model.mutants import MUTANTS as MRV2_MUTANTS
 
 FAMILIES: tuple[Family, ...] = (MRV1, MRV2)
 BUILT_IN: tuple[str, ...] = tuple(name for f in FAMILIES for name in f.policies)
+# The releases the policies model and the affected-release matrix replays.
+KNOWN_RELEASES = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 MUTANTS: tuple[Mutant, ...] = MRV1_MUTANTS + MRV2_MUTANTS
 BY_NAME = {m.name: m for m in MUTANTS}
 

@@ -1,58 +1,162 @@
-"""``conform --vllm-src PATH --base VERSION``: the classes vLLM's own code shows on a branch and on
+"""``conform --vllm-src TREE --base RELEASE``: the classes vLLM's own code shows on a branch and on
 the release it starts from.
 
-The same traces (the covering corpus of both the release's policy and the branch's block, or the
-``--traces`` given) are replayed twice in the release's environment: once as installed, once with
-the branch's differing modules on top (``overlay.py``). The P1–P6 checks and class signatures then
-run on each side's observations (``judge.py``); an occurrence is a signature in a trace, and new,
-fixed and inherited are decided per trace as the model's differential decides them per scenario.
-Nothing here is the model's prediction: both sides are vLLM's code, with CUDA graphs simulated
-on CPU.
+Both sides are vLLM's code in the release's environment, CUDA graphs simulated on CPU: the release as
+installed, and the release with the tree's differing modules on top (``contract/real/overlay.py``),
+so an edit anywhere in the replayed code runs as vLLM's own. The base side is replayed once per
+release, runner, corpus and tool version and cached (``cache.py``); a branch run replays the
+branch side of the traces the change can reach: those whose decision path on the base (the vLLM
+functions that decided each step) reaches a changed function or a changed module, plus a fixed
+sample of the rest (every ``SAMPLE_EVERY``-th trace); ``--corpus full`` replays every trace. The
+P1–P6 checks and class signatures run on each side's observations (``contract/real/judge.py``); an
+occurrence is a signature in a trace, and new, fixed and inherited are decided per trace as the
+model's differential decides them per scenario.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from contract.branch import cache
+from contract.branch.review import Review
+from contract.core import child
 from contract.core.classes import Occurrence, Signature, classes_from, signatures
-from contract.real import judge
 from contract.core.differential import Differential
+from contract.core.family import Family
 from contract.core.properties import check
 from contract.core.trace import Trace
+from contract.real import corpus as corpus_mod
+from contract.real import judge
+
+SAMPLE_EVERY = 10
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ObserveProblem(Exception):
     """The replay in the release's environment failed; one line."""
 
 
-def observe(python: Path, root: Path, traces: list[Trace], tree: Path | None, runner: str) -> dict:
-    with tempfile.TemporaryDirectory(prefix="cudagraph-contract-") as tmp:
-        source, dest = Path(tmp) / "corpus.json", Path(tmp) / "observed.json"
-        source.write_text(json.dumps([t.to_json() for t in traces]), encoding="utf-8")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-        env.pop("CONTRACT_VLLM_SRC", None)
-        if tree is not None:
-            env["CONTRACT_VLLM_SRC"] = str(Path(tree).resolve())
-        done = subprocess.run([str(python), "-m", "contract.branch.observe", runner, str(source), str(dest)],
-                              env=env, capture_output=True, text=True)
-        if done.returncode != 0 or not dest.is_file():
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ObserveProblem(f"the replay{' of ' + str(tree) if tree else ''} failed in {python}: {last}")
-        return json.loads(dest.read_text(encoding="utf-8"))
+def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None, timeout: float | None,
+            what: str) -> dict:
+    """The traces replayed in ``python``'s vLLM (with ``tree``'s modules on top), by a child process
+    whose only way to report is its validated result."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
+    payload = {"runner": family.name, "traces": [t.to_json() for t in traces],
+               "tree": str(tree) if tree is not None else None}
+    try:
+        outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,
+                            python=python, env=env)
+    except child.ChildProblem as exc:
+        raise ObserveProblem(str(exc)) from None
+    data = outcome.value
+    if not isinstance(data, dict) or not isinstance(data.get("observations"), list):
+        raise ObserveProblem(f"{what} returned no observations")
+    return data
 
 
-def occurrences(traces: list[Trace], observed: dict, label: str, family) -> tuple[dict, dict]:
+def corpus(family: Family, release_policy, tree, kind: str, version: str) -> list[Trace]:
+    """The release policy's corpus (``covering``: one trace per observation cell; ``full``: every
+    trace; kept in the cache with the base's observations), then, when the tree's rules are not the
+    release's, the tree policy's covering traces of scenarios the first does not have."""
+    entry = f"{cache.key(version, family.name)}-{kind}"
+    chosen = cache.load_corpus(entry)
+    if chosen is None:
+        traces = family.corpus(release_policy)
+        chosen = corpus_mod.select(traces) if kind == "covering" else list(traces)
+        cache.store_corpus(entry, chosen)
+    seen = {t.scenario for t in chosen}
+    if tree.release is None:
+        for t in corpus_mod.select(family.corpus(tree.policy)):
+            if t.scenario not in seen:
+                seen.add(t.scenario)
+                t.name = f"branch-{t.name}"
+                chosen.append(t)
+    return chosen
+
+
+def base_observations(python: Path, family: Family, version: str, traces: list[Trace],
+                      timeout: float | None) -> tuple[dict, dict, int]:
+    """(trace name -> base observation, where, traces replayed now): from the release's cache (by
+    what each trace replays, whatever its name), completed by a replay of the traces it lacks."""
+    entry = cache.key(version, family.name)
+    cached = cache.load(entry) or {"observations": {}, "where": {}}
+    known = cached["observations"]
+    digests = {t.name: cache.trace_digest(t) for t in traces}
+    missing = [t for t in traces if digests[t.name] not in known]
+    if missing:
+        data = observe(python, family, missing, None, timeout, f"the replay of vLLM {version}")
+        known.update({digests[o["name"]]: o for o in data["observations"]})
+        cached["where"] = data["where"] | cached["where"]
+        cache.store(entry, data["vllm"], known, cached["where"])
+    return {t.name: known[digests[t.name]] for t in traces}, cached["where"], len(missing)
+
+
+@dataclass(frozen=True)
+class Selection:
+    by_impact: tuple[str, ...]  # traces whose base decision path reaches the change
+    sampled: tuple[str, ...]  # a fixed sample of the rest
+    total: int
+    why: str  # one line
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self.by_impact) | frozenset(self.sampled)
+
+
+def _reached(observation: dict, where: dict) -> tuple[set[tuple[str, str]], set[str]]:
+    """The (file, function) pairs and files a base trace's decision path reached."""
+    functions, files = set(), set()
+    for step in observation.get("path", []):
+        for point in step.get("points", []):
+            w = where.get(point)
+            if w and w.get("owner") != "harness" and w.get("path"):
+                functions.add((w["path"], w["function"].split(" (")[0]))
+                files.add(w["path"])
+    return functions, files
+
+
+def select(traces: list[Trace], base: dict, where: dict, review: Review | None, full: bool) -> Selection:
+    """The traces a branch run replays: every one for ``full`` or an unknown change; else those whose
+    base decision path reaches a changed function, or a changed file where no decision point names
+    the function, plus every ``SAMPLE_EVERY``-th of the rest."""
+    names = [t.name for t in traces]
+    if full:
+        return Selection(tuple(names), (), len(names), f"--corpus full: all {len(names)} traces")
+    if review is None or review.diff is None:
+        return Selection(tuple(names), (), len(names), f"no base source to compare the tree with: all {len(names)} traces")
+    changed_functions = {(path, fn.qualname) for path, fn in review.diff.functions()}
+    changed_files = {f.path for f in review.diff.python}
+    reach = {name: _reached(base.get(name, {}), where) for name in names}
+    point_functions = {fn for functions, _ in reach.values() for fn in functions}
+    # A changed function that is a decision point selects the traces reaching it; any other change
+    # in a file selects the traces reaching that file.
+    by_function = changed_functions & point_functions
+    by_file = {f.path for f in review.diff.python
+               if f.module_level or any((f.path, fn.qualname) not in point_functions for fn in f.functions)}
+    impact = [n for n in names if reach[n][0] & by_function or reach[n][1] & by_file]
+    unreached = {p for p in changed_files & set(review.replayed) if not any(p in files for _, files in reach.values())}
+    if unreached:
+        return Selection(tuple(names), (), len(names),
+                         f"{len(unreached)} changed replayed file(s) on no recorded decision path "
+                         f"({', '.join(sorted(unreached)[:3])}): all {len(names)} traces")
+    rest = [n for n in names if n not in set(impact)]
+    sampled = rest[::SAMPLE_EVERY]
+    return Selection(tuple(impact), tuple(sampled), len(names),
+                     f"{len(impact)} of {len(names)} traces reach the change on the base; "
+                     f"{len(sampled)} more sampled (every {SAMPLE_EVERY}th of the rest); --corpus full replays all")
+
+
+def occurrences(traces: list[Trace], observed: dict, label: str, family: Family, vllm: str) -> tuple[dict, dict]:
     """Per signature, the traces that show it on vLLM's code (witness cut at the step), and the
-    witness traces by (signature, trace name)."""
-    by_name = {o["name"]: o for o in observed["observations"]}
+    witness traces by (signature, trace index)."""
     found: dict[Signature, list[Occurrence]] = {}
     witnesses: dict[tuple, Trace] = {}
     for index, trace in enumerate(traces):
-        steps = by_name.get(trace.name, {}).get("steps")
+        steps = observed.get(trace.name, {}).get("steps")
         if not steps:
             continue
         events = trace.events[: len(steps)]
@@ -71,7 +175,7 @@ def occurrences(traces: list[Trace], observed: dict, label: str, family) -> tupl
                     trace.scenario, label, list(cut), name=f"{label}-{trace.name}",
                     property=sig.property if sig.property.startswith("P") else None,
                     expected_violations=judged, expected_steps=steps[: r.index + 1],
-                    origin={"engine": "conformance", "vllm": observed["vllm"], "corpus_trace": trace.name})
+                    origin={"engine": "conformance", "vllm": vllm, "corpus_trace": trace.name})
     return found, witnesses
 
 
@@ -86,9 +190,10 @@ def _subset(occs: dict, other: dict, keep_shared: bool) -> dict:
 
 
 def compare(traces: list[Trace], base_obs: dict, branch_obs: dict, branch_label: str, base_label: str,
-            family) -> Differential:
-    mine, my_witnesses = occurrences(traces, branch_obs, branch_label, family)
-    theirs, their_witnesses = occurrences(traces, base_obs, base_label, family)
+            family: Family, vllm: str) -> Differential:
+    """New, fixed and inherited classes of vLLM's own observations, base against branch, per trace."""
+    mine, my_witnesses = occurrences(traces, branch_obs, branch_label, family, vllm)
+    theirs, their_witnesses = occurrences(traces, base_obs, base_label, family, vllm)
 
     def classes(subset, witnesses):
         return classes_from(subset, lambda o, sig: witnesses[(sig, o.scenario_index)])
@@ -97,3 +202,76 @@ def compare(traces: list[Trace], base_obs: dict, branch_obs: dict, branch_label:
                         new=classes(_subset(mine, theirs, False), my_witnesses),
                         fixed=classes(_subset(theirs, mine, False), their_witnesses),
                         inherited=classes(_subset(mine, theirs, True), my_witnesses))
+
+
+@dataclass(frozen=True)
+class StepChange:
+    trace: str
+    step: int
+    event: str
+    base: dict | None
+    branch: dict | None
+
+
+def changes(traces: list[Trace], base_obs: dict, branch_obs: dict) -> list[StepChange]:
+    """Every step where vLLM's observation on the branch differs from the base's."""
+    out = []
+    for t in traces:
+        a, b = base_obs.get(t.name, {}), branch_obs.get(t.name, {})
+        if "cannot_build" in a or "cannot_build" in b:
+            if a.get("cannot_build") != b.get("cannot_build"):
+                out.append(StepChange(t.name, 0, "start-up", {"cannot_build": a.get("cannot_build")},
+                                      {"cannot_build": b.get("cannot_build")}))
+            continue
+        sa, sb = a.get("steps", []), b.get("steps", [])
+        for i in range(max(len(sa), len(sb))):
+            x, y = (sa[i] if i < len(sa) else None), (sb[i] if i < len(sb) else None)
+            if x != y:
+                event = t.events[i].kind if i < len(t.events) else "?"
+                out.append(StepChange(t.name, i, event, x, y))
+    return out
+
+
+@dataclass
+class BranchRun:
+    family: Family
+    version: str
+    review: Review
+    traces: list[Trace]
+    selection: Selection
+    differential: Differential
+    changes: list[StepChange]
+    tree_modules: list[str]
+    base_replayed: int  # base traces replayed now (the rest came from the cache)
+    seconds: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"vllm": self.version, "runner": self.family.name, "tree": str(self.review.tree.tree),
+                "base": self.review.base.said, "traces": self.selection.total,
+                "replayed": sorted(self.selection.names), "selection": self.selection.why,
+                "tree_modules": self.tree_modules, "base_from_cache": self.selection.total - self.base_replayed,
+                **self.differential.to_json(),
+                "changes": [{"trace": c.trace, "step": c.step, "event": c.event, "base": c.base, "branch": c.branch}
+                            for c in self.changes]}
+
+
+def run(review: Review, family: Family, release_policy, python: Path, version: str, kind: str,
+        timeout: float | None, given: list[Trace] | None = None) -> BranchRun:
+    """The branch replay: corpus, cached base, impact selection, branch side, classes."""
+    started = time.perf_counter()
+    traces = given if given is not None else corpus(family, release_policy, review.tree, kind, version)
+    for i, t in enumerate(traces):
+        t.name = t.name or f"trace-{i}"
+    base_all, where, base_replayed = base_observations(python, family, version, traces, timeout)
+    selection = select(traces, base_all, where, review, full=kind == "full" or given is not None)
+    chosen = [t for t in traces if t.name in selection.names]
+    base_done = time.perf_counter()
+    data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}")
+    branch_obs = {o["name"]: o for o in data["observations"]}
+    base_obs = {t.name: base_all[t.name] for t in chosen}
+    label = f"{Path(review.tree.tree).resolve().name} on vLLM {version}"
+    d = compare(chosen, base_obs, branch_obs, label, f"vLLM {version}", family, data["vllm"])
+    return BranchRun(family, version, review, chosen, selection, d, changes(chosen, base_obs, branch_obs),
+                     data["tree_modules"], base_replayed,
+                     {"base": round(base_done - started, 1), "branch": round(time.perf_counter() - base_done, 1)})
+

@@ -1,48 +1,41 @@
-"""Replay a list of traces on the vLLM of this Python and write what vLLM's code showed.
+"""Replay traces on the vLLM of this Python and return what vLLM's code showed: the child side of a
+branch replay (``contract.core.child``), run in the release's environment.
 
-``python -m contract.branch.observe RUNNER IN OUT``: RUNNER the family (``mrv1``, ``mrv2``); IN a JSON list of traces (the
-corpus the parent chose, so base and branch replay the same sequences); OUT gets, per trace, the
-observed steps in ``StepRecord.to_json`` form. With ``CONTRACT_VLLM_SRC`` set, the tree named
-there runs on top of the installed release (``overlay.py``).
+The payload names the runner family, the traces (the corpus the parent chose, so base and branch
+replay the same sequences) and, for the branch side, a vLLM tree whose differing modules run on top
+of the installed release (``contract/real/overlay.py``). Per trace the result holds the observed
+steps in ``StepRecord.to_json`` form and the decision points each step reached (``decisions.Log``),
+which the parent's impact selection reads; ``where`` says where each point's code lives.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 
-def main(argv: list[str]) -> int:
-    runner, source, dest = argv
+def observe(payload: dict) -> dict:
     finder = None
-    if os.environ.get("CONTRACT_VLLM_SRC"):
-        from contract.branch.tree import package_dir
+    if payload.get("tree"):
         from contract.real import overlay
 
-        finder = overlay.install(package_dir(Path(os.environ["CONTRACT_VLLM_SRC"])))
-    from contract.core.output import write_atomic
+        finder = overlay.install(Path(payload["tree"]))
     from contract.core.trace import loads
     from contract.families import by_name
+    from contract.real.decisions import WHERE
 
-    with open(source, encoding="utf-8") as f:
-        traces = [loads(json.dumps(t), "corpus") for t in json.load(f)]
-    session = by_name(runner).session()
+    traces = [loads(json.dumps(t), "corpus") for t in payload["traces"]]
+    session = by_name(payload["runner"]).session()
     observations = []
     for trace in traces:
         try:
-            observations.append({"name": trace.name, "steps": session.replay(trace.scenario, trace.events)})
+            steps = session.replay(trace.scenario, trace.events)
         except Exception as exc:  # noqa: BLE001 - the runner's CannotBuild: vLLM refuses the scenario
             if type(exc).__name__ != "CannotBuild":
                 raise
             observations.append({"name": trace.name, "cannot_build": str(exc).splitlines()[0]})
-    write_atomic(dest, json.dumps({
-        "vllm": session.version,
-        "tree_modules": sorted(finder.taken) if finder else [],
-        "observations": observations}) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+            continue
+        log = getattr(session, "decisions", None)
+        observations.append({"name": trace.name, "steps": steps, "path": list(log.path) if log is not None else []})
+    return {"vllm": session.version, "tree_modules": sorted(finder.taken) if finder else [],
+            "observations": observations, "where": dict(sorted(WHERE.items()))}

@@ -93,26 +93,35 @@ BASE_OPTION = typer.Option(
          "Exit 0 when nothing is new, 1 when something is.")
 
 
-def base_differentials(policies, base, explored, tree, say) -> dict:
+def resolve_base(base: str, policy, tree=None):
+    """The base of ``policy`` (read from ``tree``, a vLLM tree, when it is one); one line on failure."""
+    from contract.branch import base as base_mod
+
+    try:
+        return base_mod.resolve(base, policy, tree if tree is not None and tree.policy is policy else None)
+    except PolicyError as exc:
+        fail(str(exc))
+
+
+def base_differentials(policies, base, explored, tree, say, resolved: dict | None = None) -> dict:
     """policy name -> (Differential, the line saying which base was chosen); ``say`` prints that
-    line (a console, or None)."""
+    line (a console, or None). ``resolved``: bases already chosen, by policy name."""
     if base is None:
         return {}
-    from contract.branch import base as base_mod
     from contract.core.differential import compare
 
     found = {}
     for p in policies:
         try:
-            base_policy, chosen = base_mod.resolve(base, p, tree if tree is not None and tree.policy is p else None)
+            chosen = (resolved or {}).get(p.name) or resolve_base(base, p, tree)
             explored_base = next((explored[q.name] for q in policies
-                                  if (q.name, q.source) == (base_policy.name, base_policy.source)), None)
-            found[p.name] = (compare(p, base_policy, branch_exploration=explored.get(p.name),
-                                     base_exploration=explored_base), chosen)
+                                  if (q.name, q.source) == (chosen.policy.name, chosen.policy.source)), None)
+            found[p.name] = (compare(p, chosen.policy, branch_exploration=explored.get(p.name),
+                                     base_exploration=explored_base), chosen.said)
         except PolicyError as exc:
             fail(str(exc))
-        if say is not None:
-            say.print(f"{p.name}: {chosen}", soft_wrap=True)
+        if say is not None and p.name not in (resolved or {}):  # a tree's base was said with its changes
+            say.print(f"{p.name}: {chosen.said}", soft_wrap=True)
     return found
 
 
@@ -164,7 +173,52 @@ class progress:
         return False
 
 
-def base_policy(d, by_name, base, tree):
+def checked_base(base: str | None) -> str | None:
+    """``--base`` refused in one line before any work."""
+    if base is None:
+        return None
     from contract.branch import base as base_mod
 
-    return base_mod.resolve(base, by_name[d.branch], tree if tree is not None and tree.policy is by_name[d.branch] else None)[0]
+    try:
+        return base_mod.check(base)
+    except PolicyError as exc:
+        fail(str(exc))
+
+
+RUNNER_OPTION = typer.Option("auto", "--runner", help="mrv1 or mrv2: which model runner of a --vllm-src tree "
+                             "(or of a release --base) to read. auto: the tree's own (V2 where it has only V2, "
+                             "else V1 on 0.33 and older trees).")
+
+
+def load_tree(vllm_src: Path, runner: str):
+    """A ``--vllm-src`` tree read by the family ``runner`` names; one line on failure."""
+    from contract.branch import tree as tree_mod
+
+    try:
+        return tree_mod.load(vllm_src, runner=runner)
+    except PolicyError as exc:
+        fail(str(exc))
+
+
+def say_review(console, tree, chosen, command: str) -> None:
+    """What the command reads of the tree: its changes against the base ``chosen``, and which it
+    exercises."""
+    from contract.branch.review import VERIFY, review
+    from contract.families import by_runner
+
+    family = by_runner(tree.policy.runner)
+    r = review(tree, chosen, family)
+    for line in r.lines(command):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    if command == VERIFY:
+        rules = (f"{tree.where}: " + (f"the rules of vLLM {tree.release}" if tree.release else
+                                      f"not a release's rules, run as a policy ({tree.policy.name})"))
+        console.print(f"verify reads {rules}", soft_wrap=True, highlight=False, markup=False)
+        if r.recognised:
+            console.print(f"recognised as vLLM {chosen.release}'s {family.title}: the files it reads and replays are "
+                          "the release's", soft_wrap=True, highlight=False, markup=False)
+        unread = r.unread(command)
+        if unread:
+            console.print(f"verify does not read {len(unread)} of the changes above; replay them on vLLM's own code: "
+                          f"cudagraph-contract conform --vllm-src {tree.tree} --base {chosen.release or 'auto'}",
+                          soft_wrap=True, highlight=False, markup=False)

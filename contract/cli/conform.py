@@ -16,8 +16,10 @@ from typing import Optional
 import typer
 
 from contract.cli.common import fail
+from contract.core.child import DEFAULT_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_REPORTS = ROOT / "reports"
 CORPORA = ("full", "covering", "none")
 RUNNERS = ("auto", "mrv1", "mrv2")
 
@@ -51,31 +53,6 @@ def _run_under(python: Path, path: list[str], argv: list[str]) -> None:
     raise typer.Exit(code)
 
 
-def _delegate_source(vllm_src: Path, argv: list[str]) -> None:
-    """Re-run under ``.venv-vllm`` (torch and the closure, no vLLM) with the tree first on ``sys.path``,
-    so every replayed line is the tree's own; refuse, in one line, a tree that is no vLLM or does
-    not import with the pinned closure."""
-    from contract.real.installed import shared_environment
-
-    package = vllm_src / "vllm" if (vllm_src / "vllm" / "__init__.py").is_file() else vllm_src
-    if not (package / "__init__.py").is_file() or package.name != "vllm":
-        fail(f"--vllm-src {vllm_src}: no vllm/ package there; pass a vLLM checkout or its vllm/ folder")
-    if not any((package / "v1" / "worker" / rel).is_file() for rel in ("gpu_model_runner.py", "gpu/model_runner.py")):
-        fail(f"--vllm-src {vllm_src}: neither Model Runner V1 (vllm/v1/worker/gpu_model_runner.py) nor V2 "
-              "(vllm/v1/worker/gpu/model_runner.py) is in this tree")
-    python = shared_environment(ROOT)
-    if not python.exists():
-        fail(f"--vllm-src needs the shared environment {python.parent.parent} (make it with "
-              f"conformance-env/make-env.sh base {python.parent.parent})")
-    tree = str(package.resolve().parent)
-    probe = subprocess.run([str(python), "-c", "import vllm.config, vllm.forward_context"], capture_output=True,
-                           text=True, env=dict(os.environ, PYTHONPATH=tree, VLLM_LOGGING_LEVEL="ERROR"))
-    if probe.returncode != 0:
-        lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
-        fail(f"--vllm-src {vllm_src} does not import with the pinned closure: {lines[-1] if lines else 'exit status ' + str(probe.returncode)}")
-    _run_under(python, [tree, str(ROOT)], argv)
-
-
 def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim", runner="auto", policy=None,
                     trust=False, verbose=False) -> list[str]:
     argv = ["--device", device, "--runner", runner] + (["--policy", policy] if policy else [])
@@ -102,66 +79,6 @@ def _trace_paths(traces: list[Path] | None) -> list[Path]:
     return out
 
 
-def _branch_conform(vllm_src: Path, base: str, traces, as_json: bool, runner: str) -> None:
-    """Exit 0 when vLLM's own code shows no new class on the branch, 1 when it does."""
-    from contract.branch import base as base_mod
-    from contract.branch import conform as branch_conform
-    from contract.branch import tree as branch
-    from contract.core.policy import PolicyError
-    from contract.core.trace import TraceError, load
-    from contract.families import for_release, load_policy, policy_for
-    from contract.real import corpus
-    from contract.real.installed import EnvironmentProblem, environment
-
-    try:
-        version = base if base != "auto" else base_mod.tree_version(vllm_src)
-        if version is None:
-            fail(f"--base auto: {vllm_src} has no vllm/_version.py; name the release with --base VERSION")
-        family = for_release(version, runner)
-        tree = branch.load(vllm_src, runner=family.name, as_policy=True)
-        release_policy = load_policy(policy_for(version, family.name))
-    except (PolicyError, EnvironmentProblem) as exc:
-        fail(str(exc))
-    python = environment(ROOT, version)
-    if not python.exists():
-        fail(f"no environment for vLLM {version}: {python.parent.parent} does not exist "
-              f"(make it with conformance-env/make-env.sh {version} {python.parent.parent})")
-    if traces:
-        try:
-            chosen = [load(p) for p in _trace_paths(traces)]
-        except TraceError as exc:
-            fail(str(exc))
-    else:
-        # one trace per observation cell of either side's model, so both sides' behaviours are replayed
-        chosen, seen = [], set()
-        for policy in (release_policy, tree.policy):
-            for t in corpus.select(family.corpus(policy)):
-                if t.scenario not in seen:
-                    seen.add(t.scenario)
-                    chosen.append(t)
-    for i, t in enumerate(chosen):
-        t.name = t.name or f"trace-{i}"
-    try:
-        base_obs = branch_conform.observe(python, ROOT, chosen, None, family.name)
-        branch_obs = branch_conform.observe(python, ROOT, chosen, vllm_src, family.name)
-    except branch_conform.ObserveProblem as exc:
-        fail(str(exc))
-    label = f"{Path(vllm_src).resolve().name} on vLLM {version}"
-    d = branch_conform.compare(chosen, base_obs, branch_obs, label, f"vLLM {version}", family)
-    if as_json:
-        sys.stdout.write(json.dumps({**d.to_json(), "traces": len(chosen),
-                                     "tree_modules": branch_obs["tree_modules"]}, indent=1) + "\n")
-    else:
-        from rich.console import Console
-
-        from contract.cli.diffview import print_differential
-
-        typer.echo(f"replayed {len(chosen)} traces on vLLM {version} and on {vllm_src} "
-                   f"(its modules that differ: {', '.join(branch_obs['tree_modules']) or 'none'})")
-        print_differential(Console(highlight=False, soft_wrap=True), d)
-    raise typer.Exit(1 if d.new else 0)
-
-
 def conform(
     vllm: str = typer.Option("auto", "--vllm", help="auto: the vLLM installed with this Python. A version "
                              "(0.30.0) re-runs under .venv-vllm-VERSION; a venv folder or python path re-runs there."),
@@ -169,9 +86,10 @@ def conform(
         None, "--traces",
         help="A trace file or folder; repeatable. Default: tests/traces, the traces under reports/, and the "
              "generated set."),
-    corpus: str = typer.Option("full", "--corpus", help="Generated traces replayed with the default corpus: "
-                               "full (every MRV1 scenario), covering (one trace per new observation cell) or none."),
-    reports: Path = typer.Option(ROOT / "reports", "--reports", help="Writes conformance/vllm-<version>.md/.json "
+    corpus: Optional[str] = typer.Option(None, "--corpus", help="Generated traces replayed: full (every scenario of "
+                                         "the runner; the default for a release), covering (one trace per new "
+                                         "observation cell; the default with --vllm-src) or none."),
+    reports: Path = typer.Option(DEFAULT_REPORTS, "--reports", help="Writes conformance/vllm-<version>.md/.json "
                                  "and findings.md here."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     device: str = typer.Option("cpu-sim", "--device", help="cpu-sim: simulated CUDA graphs on CPU. cuda: real "
@@ -182,11 +100,12 @@ def conform(
     runner: str = typer.Option("auto", "--runner", help="mrv1 or mrv2: which model runner to replay. auto: "
                                "vLLM's own default for the release (Model Runner V2 from 0.33, V1 before)."),
     vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM checkout (or its vllm/ folder): "
-                                            "replay on the tree's own code over the shared closure (.venv-vllm); "
-                                            "with --base, replay on the tree and on the release and report the "
+                                            "replay its code and the release's it starts from, and report the "
                                             "violation classes vLLM's own code shows new, fixed and inherited."),
-    base: Optional[str] = typer.Option(None, "--base", help="With --vllm-src: the release it starts from "
-                                       "(0.30.0; .venv-vllm-VERSION must exist), or auto (the tree's version)."),
+    base: Optional[str] = typer.Option(None, "--base", help="With --vllm-src: auto (default: the installed "
+                                       "release whose files differ least from the tree's) or a release (0.34.0)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Seconds a replay in the release's "
+                                            "environment may take (default: 300 with --vllm-src, else none)."),
     policy_name: Optional[str] = typer.Option(None, "--policy", help="Compare with this built-in policy instead "
                                               "of the one modelling the release (a negative control)."),
 ) -> None:
@@ -195,10 +114,15 @@ def conform(
     Example: [bold]cudagraph-contract conform --vllm 0.30.0[/] ·
     [bold]cudagraph-contract conform --vllm-src ~/src/vllm --base 0.30.0[/]
     """
-    if vllm_src is not None and base is not None:
-        _branch_conform(vllm_src, base, traces, as_json, runner)
+    if vllm_src is not None:
+        from contract.cli.branch import branch_conform_command
+
+        branch_conform_command(vllm_src, base, runner, corpus or "covering",
+                               traces, None if reports == DEFAULT_REPORTS else reports, as_json,
+                               timeout or DEFAULT_TIMEOUT_S)
     if base is not None:
         fail("--base needs --vllm-src (the branch to compare with the release)")
+    corpus = corpus or "full"
     if corpus not in CORPORA:
         fail(f"--corpus must be one of {', '.join(CORPORA)}, got {corpus!r}")
     from contract.real import device as device_mod
@@ -215,8 +139,6 @@ def conform(
         fail(str(exc))
     forwarded = _forwarded_args(traces, corpus, reports, as_json, device, runner, policy_name,
                                 trust_policy_files, verbose)
-    if vllm_src is not None:
-        _delegate_source(vllm_src, forwarded)
     if vllm != "auto":
         _delegate(vllm, forwarded)
     from contract.real import logs

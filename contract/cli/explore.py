@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from contract.cli.common import (
+    checked_base,
     BASE_OPTION,
     base_differentials,
     check_out,
@@ -42,6 +43,7 @@ def explore(
     from contract.core.explore import explore as run_explore
     from contract.core.output import write_atomic
 
+    base = checked_base(base)
     policies = parse_policies(policy)
     check_out(out_dir)
     results = []

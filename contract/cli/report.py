@@ -9,10 +9,15 @@ from typing import Optional
 
 import typer
 
+from contract.branch.review import VERIFY
 from contract.cli.common import (
+    RUNNER_OPTION,
+    checked_base,
+    load_tree,
+    resolve_base,
+    say_review,
     BASE_OPTION,
     base_differentials,
-    base_policy,
     check_out,
     fail,
     new_folder,
@@ -23,7 +28,6 @@ from contract.cli.common import (
     verdicts_json,
     writing,
 )
-from contract.core.policy import PolicyError
 from contract.core.properties import PROPERTIES
 
 
@@ -53,9 +57,10 @@ def report(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Report on these policies (built-in "
                                                "names or .py files; repeatable) instead of every built-in one."),
-    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="Report on a vLLM source tree's load_model "
-                                            "wrapping block (compared with --base auto unless --base is given)."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="Report on the rules of a vLLM source tree "
+                                            "(compared with --base auto unless --base is given)."),
     base: Optional[str] = BASE_OPTION,
+    runner: str = RUNNER_OPTION,
 ) -> None:
     """Verify policies (Hypothesis + explorer) and write the reports: the verdict table, one page and
     one JSON trace per counterexample and per violation class, the coverage gaps and, with --base,
@@ -69,17 +74,15 @@ def report(
     from contract.reports.report import PolicyResult, write
 
     settings = profile_settings(profile)
+    base = checked_base(base or ("auto" if vllm_src is not None else None))
     policies = parse_policies(policy) if policy or vllm_src is None else []
-    tree = None
+    tree, resolved = None, {}
     if vllm_src is not None:
-        from contract.branch import tree as branch
-
-        try:
-            tree = branch.load(vllm_src)
-        except PolicyError as exc:
-            fail(str(exc))
+        tree = load_tree(vllm_src, runner)
+        resolved[tree.policy.name] = resolve_base(base, tree.policy, tree)
+        if not quiet:
+            say_review(out, tree, resolved[tree.policy.name], VERIFY)
         policies.append(tree.policy)
-        base = base or "auto"
     committed = Path(__file__).resolve().parents[2] / "reports"
     users = policy is not None or vllm_src is not None
     if out_dir is None:
@@ -95,11 +98,11 @@ def report(
             results.append(PolicyResult(p, verdicts, run_explore(p, classify=True), cells))
             advance()
     differentials = base_differentials(policies, base, {r.policy.name: r.exploration for r in results}, tree,
-                                   None if quiet else out)
+                                       None if quiet else out, resolved)
     by_name = {p.name: p for p in policies}
     with writing():
         write(out_dir, results, committed if users else None,
-              {name: (d, chosen, by_name[name], base_policy(d, by_name, base, tree))
+              {name: (d, chosen, by_name[name], (resolved.get(name) or resolve_base(base, by_name[name], tree)).policy)
                for name, (d, chosen) in differentials.items()})
     unexpected = [(r.policy.name, pid) for r in results for pid, v in r.verdicts.items()
                   if not v.as_expected or v.holds != r.exploration.holds(pid)]

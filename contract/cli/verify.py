@@ -10,13 +10,18 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from contract.branch.review import VERIFY
 from contract.cli.common import (
+    RUNNER_OPTION,
+    checked_base,
+    load_tree,
+    resolve_base,
+    say_review,
     BASE_OPTION,
     base_differentials,
     check_out,
     classes_note,
     err,
-    fail,
     out,
     parse_policies,
     profile_settings,
@@ -25,7 +30,6 @@ from contract.cli.common import (
     write_class_traces,
     writing,
 )
-from contract.core.policy import PolicyError
 from contract.core.properties import PROPERTIES
 
 
@@ -68,8 +72,9 @@ def verify(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write one JSON trace per counterexample into this folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
-    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify its load_model wrapping block, as the known revision it is or run as a policy."),
+    vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify the rules its runner family reads (MRV1: load_model's wrapping block; MRV2: the managers' rules), run as a policy."),
     base: Optional[str] = BASE_OPTION,
+    runner: str = RUNNER_OPTION,
 ) -> None:
     """Run the Hypothesis state machine against each policy and print the verdict table.
 
@@ -82,20 +87,17 @@ def verify(
     from contract.core.verify import verify_policy
 
     settings = profile_settings(profile)
+    base = checked_base(base or ("auto" if vllm_src is not None else None))
     check_out(out_dir)
     # --vllm-src alone verifies just that tree; with --policy, both.
     policies = parse_policies(policy) if policy or vllm_src is None else []
+    resolved = {}
     if vllm_src is not None:
-        from contract.branch import tree as branch
-
-        try:
-            found = branch.load(vllm_src)
-        except PolicyError as exc:
-            fail(str(exc))
+        found = load_tree(vllm_src, runner)
+        resolved[found.policy.name] = resolve_base(base, found.policy, found)
         if not quiet:
-            (err if as_json else out).print(found.recognised, soft_wrap=True)
+            say_review(err if as_json else out, found, resolved[found.policy.name], VERIFY)
         policies.append(found.policy)
-        base = base or "auto"
     from contract.core.explore import explore as run_explore
 
     results, coverage, explored = {}, {}, {}
@@ -108,7 +110,7 @@ def verify(
             coverage[p.name] = (len(cells & reachable), len(reachable))
             advance()
     differentials = base_differentials(policies, base, explored, found if vllm_src is not None else None,
-                                   None if quiet else (err if as_json else out))
+                                       None if quiet else (err if as_json else out), resolved)
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
         with writing():

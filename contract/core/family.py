@@ -39,7 +39,7 @@ class Family:
     # -- tree side: a vLLM source tree (--vllm-src) ------------------------------------------------
     markers: tuple[str, ...]  # files under vllm/ whose presence means a tree has this runner
     read_tree: Callable  # (package dir, given path, as_policy) -> Branch
-    reads: tuple[str, ...]  # the files under vllm/ that read_tree reads
+    reads: tuple[tuple[str, str], ...]  # (file under vllm/, function) whose statements read_tree reads
 
     def ships(self, release: tuple[int, int]) -> bool:
         return release >= self.first_release and (self.last_release is None or release <= self.last_release)

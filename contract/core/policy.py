@@ -6,6 +6,7 @@ mrv2/model/policy.py``: the MRV2 manager rules)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from contract.core.engine import Engine
@@ -41,13 +42,19 @@ class BranchError(PolicyError):
 
 @dataclass(frozen=True)
 class Branch:
+    """A vLLM tree's rules as a policy: what its runner family read (``where``), and the release
+    whose rules they are, when they are one's (the rules alone: the rest of the tree may differ)."""
+
     policy: Policy
-    where: str  # the block's file:first-last
-    release: str | None  # the known revision the block is, or None
+    where: str  # the code read: file:lines, ...
+    release: str | None  # the release whose rules the read code is, or None
+    tree: Path  # as given to --vllm-src
+    package: Path  # its vllm/ package
+    rules: str  # a digest of the code read: two trees with equal digests have the same rules
     what: str = "wrapping block"
 
     @property
-    def recognised(self) -> str:
+    def read(self) -> str:
         if self.release is None:
-            return f"{self.where}: unknown revision, run as a policy ({self.policy.name})"
-        return f"{self.where}: recognised as vLLM {self.release}'s {self.what} (policy {self.policy.name})"
+            return f"{self.where}: not a release's {self.what}, run as a policy ({self.policy.name})"
+        return f"{self.where}: vLLM {self.release}'s {self.what} (policy {self.policy.name})"

@@ -28,6 +28,8 @@ def pytest_addoption(parser) -> None:
                     help="a .py policy file (or built-in policy name) to check against the base; repeatable")
     group.addoption("--cudagraph-contract-base", metavar="REV", default="auto",
                     help="auto (default), a release (0.30.0), a built-in policy, a .py policy file or a vLLM tree")
+    group.addoption("--cudagraph-contract-runner", metavar="RUNNER", default="auto",
+                    help="mrv1 or mrv2: which model runner of the tree to read (auto: the tree's own)")
     group.addoption("--cudagraph-contract-profile", metavar="NAME", default=None,
                     help="also run the Hypothesis machine with this profile (ci, dev, thorough)")
 
@@ -66,7 +68,7 @@ def _branches(config):
     out = []
     src = config.getoption("--cudagraph-contract-vllm-src")
     if src:
-        tree = branch.load(src)
+        tree = branch.load(src, runner=config.getoption("--cudagraph-contract-runner"))
         out.append((tree.policy, tree))
     out += [(load_policy(spec), None) for spec in config.getoption("--cudagraph-contract-policy")]
     return out
@@ -80,11 +82,13 @@ def _items(session, config) -> list[ContractItem]:
 
     items = []
     try:
+        spec = base_mod.check(config.getoption("--cudagraph-contract-base"))
         branches = _branches(config)
         for policy, tree in branches:
-            base, chosen = base_mod.resolve(config.getoption("--cudagraph-contract-base"), policy, tree)
+            chosen = base_mod.resolve(spec, policy, tree)
+            base = chosen.policy
             d = compare(policy, base)
-            config._cudagraph_contract_lines.append(f"{policy.name}: {chosen}; {len(d.new)} new, "
+            config._cudagraph_contract_lines.append(f"{policy.name}: {chosen.said}; {len(d.new)} new, "
                                                      f"{len(d.fixed)} fixed, {len(d.inherited)} inherited")
             for c in d.new:
                 items.append(ContractItem.from_parent(

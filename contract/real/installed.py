@@ -27,19 +27,42 @@ def environment(root: Path, version: str) -> Path:
     return root / f"{SHARED}-{version}" / "bin" / "python"
 
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, when the package runs from one
+
+
+def package_of(version: str, root: Path = ROOT) -> Path | None:
+    """The installed ``vllm/`` package of a release's environment, or None."""
+    found = sorted((root / f"{SHARED}-{version}").glob("lib/python*/site-packages/vllm"))
+    return found[0] if found and (found[0] / "__init__.py").is_file() else None
+
+
+def installed_releases(root: Path = ROOT) -> list[tuple[str, Path]]:
+    """(version, ``vllm/`` package) of every release environment present, oldest first."""
+    out = []
+    for env in root.glob(f"{SHARED}-*"):
+        version = env.name[len(SHARED) + 1:]
+        pkg = package_of(version, root)
+        if pkg is not None and (env / ".complete").exists():
+            out.append((version, pkg))
+    return sorted(out, key=lambda vp: tuple(int(x) for x in vp[0].split(".") if x.isdigit()))
+
+
 def shared_environment(root: Path) -> Path:
     """The interpreter with torch and the closure but no vLLM, for a tree put first on ``sys.path``."""
     return root / SHARED / "bin" / "python"
 
 
 def source_version(package: Path) -> str | None:
-    """``__version__`` as written in ``vllm/_version.py``, or None."""
-    path = package / "_version.py"
-    if not path.is_file():
-        return None
-    found = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", path.read_text(encoding="utf-8"),
-                      re.MULTILINE)
-    return found.group(1) if found else None
+    """The version a ``vllm/`` package declares: ``_version.py`` (written by setuptools-scm into wheels
+    and built checkouts), else ``version.py``'s ``__version__``; None when neither says."""
+    for name in ("_version.py", "version.py"):
+        path = package / name
+        if path.is_file():
+            found = re.search(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""",
+                              path.read_text(encoding="utf-8", errors="replace"), re.MULTILINE)
+            if found:
+                return found.group(1)
+    return None
 
 
 def installed_version() -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import hashlib
 import inspect
 import types
 from pathlib import Path
@@ -37,8 +38,10 @@ RUNNER_FILE = "v1/worker/gpu_model_runner.py"
 CUDA_GRAPH_FILE = "compilation/cuda_graph.py"
 BREAKABLE_FILE = "compilation/breakable_cudagraph.py"
 CONFIG_FILE = "config/vllm.py"
-# What verify --vllm-src reads of an MRV1 tree.
-READS = (RUNNER_FILE, CUDA_GRAPH_FILE, BREAKABLE_FILE, CONFIG_FILE)
+# What verify --vllm-src reads of an MRV1 tree: (file, function) whose statements it reads.
+READS = ((RUNNER_FILE, "GPUModelRunner.load_model"), (CUDA_GRAPH_FILE, "CUDAGraphWrapper.unwrap"),
+         (BREAKABLE_FILE, "BreakableCUDAGraphWrapper.unwrap"), (BREAKABLE_FILE, "BreakableCUDAGraphWrapper.__init__"),
+         (CONFIG_FILE, "VllmConfig._normalize_piecewise_cudagraph_mode"))
 
 # The free names of the wrapping block; each is bound below. A block reading any other name is
 # refused rather than run against a guess.
@@ -179,19 +182,20 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False) -> Branch:
     except wrapping.WrappingBlockNotFound as exc:
         raise BranchError(str(exc)) from None
     where = f"{runner_path}:{statements[0].lineno}-{statements[-1].end_lineno or statements[-1].lineno}"
+    cuda_graph, breakable = _parse(pkg, CUDA_GRAPH_FILE), _parse(pkg, BREAKABLE_FILE)
+    facts = (unwrap_recurses(cuda_graph, "CUDAGraphWrapper"), unwrap_recurses(breakable, "BreakableCUDAGraphWrapper"),
+             takes_runtime_mode(breakable, "BreakableCUDAGraphWrapper"))
+    revision = config_revision(_parse(pkg, CONFIG_FILE))
+    rules = hashlib.sha256(repr((wrapping.digest(statements), facts, revision.value)).encode()).hexdigest()
     known = wrapping.KNOWN_REVISIONS.get(wrapping.digest(statements))
     if known is not None and not as_policy:
         release, policy_name = known
-        return Branch(built_in(policy_name), where, release)
+        return Branch(built_in(policy_name), where, release, given, pkg, rules)
     unknown = _free_names(statements) - BOUND
     if unknown:
         raise BranchError(f"{where}: the wrapping block reads {', '.join(sorted(unknown))}, "
                           "which --vllm-src does not model")
-    cuda_graph, breakable = _parse(pkg, CUDA_GRAPH_FILE), _parse(pkg, BREAKABLE_FILE)
-    adapters = _adapters(unwrap_recurses(cuda_graph, "CUDAGraphWrapper"),
-                         unwrap_recurses(breakable, "BreakableCUDAGraphWrapper"),
-                         takes_runtime_mode(breakable, "BreakableCUDAGraphWrapper"))
+    adapters = _adapters(*facts)
     check_calls(statements, adapters, where)
-    policy = block_policy(statements, runner_path, f"branch@{given.resolve().name}", adapters,
-                          config_revision(_parse(pkg, CONFIG_FILE)), str(given))
-    return Branch(policy, where, None)
+    policy = block_policy(statements, runner_path, f"branch@{given.resolve().name}", adapters, revision, str(given))
+    return Branch(policy, where, None, given, pkg, rules)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import hashlib
 import types
 from pathlib import Path
 
@@ -28,8 +29,8 @@ from contract.runners.mrv2.model.policy import Mrv2Policy
 
 MANAGER_FILE = "v1/worker/gpu/cudagraph_utils.py"
 RUNNER_FILE = "v1/worker/gpu/model_runner.py"
-# What verify --vllm-src reads of an MRV2 tree.
-READS = (MANAGER_FILE, RUNNER_FILE)
+# What verify --vllm-src reads of an MRV2 tree: (file, function) whose statements it reads.
+READS = ((MANAGER_FILE, "CudaGraphManager.__init__"), (RUNNER_FILE, "GPUModelRunner.initialize_kv_cache"))
 
 # The released expressions, as ast.dump of their source.
 RELEASED = {
@@ -116,14 +117,17 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False):
     where = f"{manager_path}:{breakable_expr.lineno}, {runner_path}:{available_expr.lineno}"
     base: Mrv2Policy = built_in(f"mrv2_{release.replace('.', '_')}")
     released = tuple(_dump(s) for s in RELEASED[release])
-    if (ast.dump(breakable_expr), ast.dump(available_expr)) == released and not as_policy:
-        return Branch(base, where, f"{release}.0", "Model Runner V2 rules")
+    read = (ast.dump(breakable_expr), ast.dump(available_expr))
+    rules = hashlib.sha256(repr((release, read)).encode()).hexdigest()
+    if read == released and not as_policy:
+        return Branch(base, where, f"{release}.0", given, pkg, rules, "Model Runner V2 rules")
     use_breakable_cg = _use_breakable_cg(*_function(breakable_expr, manager_path, where))
     available = _available(*_function(available_expr, runner_path, where))
     policy = base.mutate(f"branch@{given.resolve().name}",
                          f"the MRV2 rules of {pkg} (vLLM {release} layout), run as a policy",
-                         use_breakable_cg=use_breakable_cg, piecewise_capture_available=available)
-    return Branch(policy, where, None, "Model Runner V2 rules")
+                         use_breakable_cg=use_breakable_cg, piecewise_capture_available=available,
+                         source=str(given))
+    return Branch(policy, where, None, given, pkg, rules, "Model Runner V2 rules")
 
 
 def _names(breakable: bool, mode: CUDAGraphMode, compiled: bool) -> dict:

@@ -1,0 +1,108 @@
+"""``conform --vllm-src TREE``: a branch replayed on vLLM's own code against the release it starts
+from (``contract/branch/conform.py``), said in the order a reviewer reads it: what the tree
+changes and what the replay exercises, the classes new, fixed and inherited with their witnesses,
+at most ``MAX_CHANGES`` lines of what vLLM did differently, and where the report is."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from contract.branch import conform as branch_conform
+from contract.branch.review import CONFORM, review
+from contract.cli.common import checked_base, fail, load_tree, new_folder, resolve_base
+from contract.core.output import OutputError, check_folder, transaction
+from contract.core.trace import TraceError, load
+from contract.families import by_runner, load_policy
+from contract.real.installed import EnvironmentProblem, environment, release
+
+MAX_CHANGES = 20
+COMMITTED_REPORTS = Path(__file__).resolve().parents[2] / "reports"
+
+
+def _step_line(c: branch_conform.StepChange) -> str:
+    def said(step: dict | None) -> str:
+        if step is None:
+            return "not reached"
+        if "cannot_build" in step:
+            return f"refused at start-up ({step['cannot_build']})" if step["cannot_build"] else "built"
+        if step.get("halted"):
+            return f"stops: {step['halted']}"
+        acting = [f"{d['role']} {d['runtime_mode']}: " + (", ".join(f"{a['layer']} {a['action']}" for a in d["layers"]
+                                                                 if a["action"] != "passed") or "eager")
+                  for d in step.get("dispatches", [])]
+        mode = f"mode {step['cudagraph_mode']}; " if step.get("cudagraph_mode") else ""
+        return mode + ("; ".join(acting) if acting else "no dispatch")
+    return f"  {c.trace} step {c.step} ({c.event}): base {said(c.base)} | branch {said(c.branch)}"
+
+
+def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus: str, traces: list[Path] | None,
+                           reports: Path | None, as_json: bool, timeout: float | None) -> None:
+    base = checked_base(base or "auto")
+    if corpus not in ("covering", "full"):
+        fail(f"--corpus {corpus}: a branch replay takes covering (the default) or full")
+    tree = load_tree(vllm_src, runner)
+    chosen = resolve_base(base, tree.policy, tree)
+    if chosen.release is None:
+        fail(f"--base {base}: conform --vllm-src compares the tree's code with a release's; pass --base auto or a "
+             "release (0.34.0)")
+    family = by_runner(tree.policy.runner)
+    python = environment(COMMITTED_REPORTS.parent, chosen.release)
+    if not python.exists():
+        fail(f"no environment for vLLM {chosen.release}: {python.parent.parent} does not exist (make it with "
+             f"conformance-env/make-env.sh {chosen.release} {python.parent.parent})")
+    if reports is None:
+        reports = new_folder(Path("cudagraph-contract-branch"))
+    elif reports.resolve() == COMMITTED_REPORTS.resolve():
+        fail(f"--reports {reports} is the project's committed reports/; write a branch's report elsewhere "
+             "(omit --reports)")
+    try:
+        check_folder(reports, "--reports")
+    except OutputError as exc:
+        fail(str(exc))
+    given = None
+    if traces:
+        try:
+            given = [load(p) for t in traces for p in (sorted(t.rglob("*.json")) if t.is_dir() else [t])]
+        except TraceError as exc:
+            fail(str(exc))
+    r = review(tree, chosen, family)
+    say = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    for line in r.lines(CONFORM):
+        say.print(line, markup=False)
+    try:
+        release_policy = load_policy(family.release_policy(release(chosen.release)))
+        run = branch_conform.run(r, family, release_policy, python, chosen.release, corpus, timeout, given)
+    except (branch_conform.ObserveProblem, EnvironmentProblem) as exc:
+        fail(str(exc))
+    say.print(f"replayed {len(run.traces)} traces on vLLM {run.version} and on {tree.tree} ({run.selection.why}; the "
+              f"base side {'from the cache' if not run.base_replayed else f'replayed now for {run.base_replayed}'}); "
+              f"modules taken from the tree: {', '.join(run.tree_modules) or 'none'}", markup=False)
+    from contract.reports import branch as branch_report
+
+    try:
+        with transaction():
+            index = branch_report.write(reports, run)
+    except OutputError as exc:
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps({**run.to_json(), "report": str(index)}, indent=1) + "\n")
+    else:
+        files = branch_report.witness_files(reports, run)
+        d = run.differential
+        say.print(f"{d.branch} against {d.base}: {len(d.new)} new, {len(d.fixed)} fixed, {len(d.inherited)} inherited"
+                  + ("" if d.new else " — nothing new"), markup=False)
+        for key in ("new", "fixed", "inherited"):
+            for c in getattr(d, key):
+                say.print(f"  {key}: {c.title} — witness {files[(key, c.id)]}", markup=False)
+        if run.changes:
+            say.print(f"vLLM's observations differ on {len(run.changes)} step(s)"
+                      + (f"; the first {MAX_CHANGES}:" if len(run.changes) > MAX_CHANGES else ":"), markup=False)
+            for c in run.changes[:MAX_CHANGES]:
+                say.print(_step_line(c), markup=False)
+        say.print(f"report: {index}", markup=False)
+    raise typer.Exit(1 if run.differential.new else 0)

@@ -1,0 +1,56 @@
+"""The report of a branch replay (``conform --vllm-src``): a folder of its own that names the tree,
+its changes against the base, what was replayed, the classes new, fixed and inherited with a
+witness trace each, and every step where vLLM's code behaved differently on the branch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from contract.core.output import write_atomic
+
+SECTIONS = ("new", "fixed", "inherited")
+
+
+def witness_files(folder: Path, run) -> dict[tuple[str, str], Path]:
+    """(section, class id) -> the witness trace's path in the report folder."""
+    return {(key, c.id): folder / key / f"{c.id}.json" for key in SECTIONS for c in getattr(run.differential, key)}
+
+
+def _json_cell(value) -> str:
+    return "—" if value is None else f"`{json.dumps(value, sort_keys=True)[:300]}`"
+
+
+def markdown(run, folder: Path) -> str:
+    r, d = run.review, run.differential
+    lines = [f"# {r.tree.tree} against vLLM {run.version} ({run.family.title})", "",
+             "Both sides ran vLLM's own code on CPU with CUDA graphs simulated (`cudagraph-contract conform "
+             "--vllm-src`): the release as installed, and the release with the tree's differing modules on top.", "",
+             f"- Base: {r.base.said}", f"- Tree: `{r.tree.tree}` ({r.tree.read})",
+             f"- Modules taken from the tree: {', '.join(f'`{m}`' for m in run.tree_modules) or 'none'}",
+             f"- Replayed: {len(run.traces)} traces ({run.selection.why})", "", "## What the tree changes", ""]
+    lines += [f"- {line.strip()}" for line in r.lines("conform")[1:]] or ["- nothing"]
+    lines += ["", f"## Classes: {len(d.new)} new, {len(d.fixed)} fixed, {len(d.inherited)} inherited", ""]
+    files = witness_files(folder, run)
+    for key in SECTIONS:
+        for c in getattr(d, key):
+            lines.append(f"- **{key}**: {c.title} — witness [`{key}/{c.id}.json`]({files[(key, c.id)].relative_to(folder)})"
+                         f" ({c.length} events: {c.events_text}): {c.message}")
+    lines += ["", f"## Steps where vLLM's observation differs ({len(run.changes)})", ""]
+    if run.changes:
+        lines += ["| trace | step | event | base | branch |", "|---|---|---|---|---|"]
+        lines += [f"| `{c.trace}` | {c.step} | {c.event} | {_json_cell(c.base)} | {_json_cell(c.branch)} |"
+                  for c in run.changes]
+    else:
+        lines.append("None: every replayed step is the same on the branch as on the base.")
+    return "\n".join(lines) + "\n"
+
+
+def write(folder: Path, run) -> Path:
+    for key in SECTIONS:
+        for c in getattr(run.differential, key):
+            write_atomic(folder / key / f"{c.id}.json", c.witness.dumps())
+    write_atomic(folder / "branch.json", json.dumps(run.to_json(), indent=1, sort_keys=True) + "\n")
+    index = folder / "README.md"
+    write_atomic(index, markdown(run, folder))
+    return index
