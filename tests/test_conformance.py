@@ -104,7 +104,7 @@ UNCONFIGURED = ["env", "-u", "VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING=0"]
 
 def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
     out = {
-        "conform": [python, "-m", "contract.cli", "conform", "--json", "--reports", reports,
+        "conform": [python, "-m", "contract.cli", "conform", "--runner", "mrv1", "--json", "--reports", reports,
                     "--corpus", CORPUS.get(version, "full")],
         "modes": [python, "-m", "contract.real.modes_table"],
     }

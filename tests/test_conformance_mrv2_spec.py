@@ -49,7 +49,7 @@ def standalone_trace(folder: Path, version: str) -> Path:
 
 OBSERVE = """
 import json, sys
-from contract import trace as T
+from contract.core import trace as T
 from contract.runners.mrv2.real.replay import Session
 session = Session()
 out = {}

@@ -12,7 +12,7 @@ from contract.cli import app
 from contract.real import judge
 from contract.core.explore import explore
 from contract.families import BY_NAME, mutant_policy
-from contract.families import BUILT_IN, load_policy
+from contract.families import BUILT_IN, by_runner, load_policy
 from test_vllm_src import SECOND_IF, copy_tree, installed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,8 @@ def test_judge_on_recorded_steps_finds_the_models_violations(name):
     ex = explore(policy, classify=True)
     assert ex.classes
     for c in ex.classes:
-        _, found = judge.violations(c.witness.expected_steps, c.witness.events, c.witness.scenario, policy.runner)
+        _, found = judge.violations(c.witness.expected_steps, c.witness.events, c.witness.scenario,
+                                    by_runner(policy.runner).descriptor_from_json)
         assert [v.to_json() for v in found] == c.witness.expected_violations, c.title
 
 

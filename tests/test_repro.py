@@ -82,7 +82,8 @@ def test_committed_facts_match_the_installed_source(release):
 IN_VLLM = r"""
 import dataclasses, json, logging, sys, typing
 from contract.real import platform
-platform.activate()
+from contract.runners.mrv1.real.replay import MODULES
+platform.activate(MODULES)
 import vllm.logger as vllm_logger
 from vllm.engine.arg_utils import EngineArgs
 from vllm.utils.argparse_utils import FlexibleArgumentParser

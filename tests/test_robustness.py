@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from contract import families as policy_module
+from contract.runners.mrv1.model import policy_file
 from contract.cli import app
 from contract.core.trace import TraceError, load
 
@@ -205,7 +206,7 @@ def test_fuzz_byte_mutations_of_a_policy_file(tmp_path_factory, data):
             source[i:i] = data.draw(st.sampled_from([b"(", b":", b"\n", b"\xff", b"import ", b"raise ", b"    "]))
     path = tmp_path_factory.mktemp("policy") / "mutated.py"
     path.write_bytes(bytes(source))
-    with mock.patch.object(policy_module, "IMPORT_TIMEOUT_S", 2.0):
+    with mock.patch.object(policy_file, "IMPORT_TIMEOUT_S", 2.0):
         try:
             policy = policy_module.load_policy(str(path))
         except policy_module.PolicyError as exc:
@@ -227,7 +228,7 @@ def test_policy_file_raising_at_import(tmp_path):
 
 
 def test_policy_file_looping_at_import(tmp_path, monkeypatch):
-    monkeypatch.setattr(policy_module, "IMPORT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(policy_file, "IMPORT_TIMEOUT_S", 1.0)
     loop = tmp_path / "loops.py"
     loop.write_text("try:\n    while True:\n        pass\nexcept Exception:\n    pass\n")
     started = time.monotonic()

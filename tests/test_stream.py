@@ -69,7 +69,7 @@ def test_a_derandomised_profile_runs_the_ci_seed():
 def test_profiles_do_not_follow_the_ci_environment_variable():
     """Hypothesis loads its derandomised built-in profile when ``CI`` is set; the tool's profiles
     must mean the same on a CI machine as on a laptop."""
-    probe = "from contract import profiles; print([profiles.get(n).derandomize for n in ('ci', 'dev', 'thorough')])"
+    probe = "from contract.core import profiles; print([profiles.get(n).derandomize for n in ('ci', 'dev', 'thorough')])"
     for env in ({"CI": "true"}, {}):
         out = subprocess.run(
             [sys.executable, "-c", probe],

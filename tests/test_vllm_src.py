@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from contract.branch import tree as branch
 from contract.runners.mrv1 import branch as mrv1_branch
+from contract.core.modes import CUDAGraphMode
+from contract.runners.mrv1.model.wrappers import LoadContext, RawModel
 from contract.cli import app
 from contract.core.explore import explore
 from contract.families import load_policy
@@ -104,8 +106,7 @@ def test_0_29_block_reads_as_0_29(tmp_path):
     pkg = installed("0.29.0")
     found = branch.load(pkg, as_policy=True)
     assert found.policy.config_revision is ConfigRevision.V0_29
-    ctx = branch.LoadContext(branch.CUDAGraphMode.FULL, True, False, branch.stack.RawModel(),
-                             branch.stack.RawModel("drafter.model"))
+    ctx = LoadContext(CUDAGraphMode.FULL, True, False, RawModel(), RawModel("drafter.model"))
     assert found.policy.load_model(ctx) == load_policy("vllm_0_29").load_model(ctx)
 
 

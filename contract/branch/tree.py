@@ -36,7 +36,7 @@ def _package_dir(path: Path, option: str) -> Path:
         raise BranchError(f"{option} {path} is not a vLLM source tree: neither it nor {path / 'vllm'} is "
                           "vLLM's package (vllm/__init__.py and vllm/v1/); pass the folder of a vLLM checkout")
     markers = " and no ".join(f"vllm/{m}" for f in FAMILIES for m in f.markers)
-    raise BranchError(f"{path} is neither {' nor '.join(f.title for f in FAMILIES)}: no {markers}; "
+    raise BranchError(f"{path} is neither Model Runner V1 nor V2: no {markers}; "
                       f"point {option} at a vLLM source tree")
 
 
