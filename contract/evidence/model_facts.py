@@ -392,7 +392,8 @@ class ModelFacts:
         return next((m for m in self.targets if m.arch == arch), None)
 
 
-def read(release: str, vllm_root: Path) -> ModelFacts:
+def read(release: str, vllm_root: Path, archs: set[str] | None = None) -> ModelFacts:
+    """The facts of every architecture of the registry's tables, or of ``archs`` only."""
     modules = _Modules(Path(vllm_root))
     tables = _registry_tables(modules)
     closure = _Closure(modules, _scope(Path(vllm_root)))
@@ -400,6 +401,8 @@ def read(release: str, vllm_root: Path) -> ModelFacts:
     roots: dict[str, dict[str, tuple[str, tuple | None]]] = {}
     for table in (*TARGET_TABLES, DRAFT_TABLE):
         for arch, (rel, cls) in tables.get(table, {}).items():
+            if archs is not None and arch not in archs:
+                continue
             module = _module_name(rel)
             roots.setdefault(table, {})[arch] = (f"{module}.{cls}", closure.add(module, cls))
 
