@@ -99,7 +99,7 @@ def test_support_levels_are_named_by_gpu():
     s = Scenario(runner=Runner.MRV2, cudagraph_mode=FULL, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
                  attention_support=AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
     text = "\n".join(serve.plan_lines(reach.reach(s, "0.34.0").plan))
-    assert "9.0 and newer: H100, H200, GH200" in text and "A100" not in text
+    assert "compute capability 9.0 and newer (H100, H200, GH200;" in text and "A100" not in text
 
 
 def test_requests_make_the_batch_the_witness_needs():

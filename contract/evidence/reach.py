@@ -314,3 +314,49 @@ def splitting_ops_flag(s: Scenario, attention_ops: tuple[str, ...]) -> dict:
     if s.splitting_ops is SplittingOps.EMPTY:
         return {"splitting_ops": []}
     return {}
+
+
+def draft_method(arch: str, facts) -> str:
+    """The ``--speculative-config`` method that builds a draft architecture, read from the registry
+    name for the EAGLE, DFlash and DSpark families, else ``mtp`` for the ones
+    ``hf_config_override`` makes from a target's config (``config/speculative.py``)."""
+    for marker, method in (("Eagle3", "eagle3"), ("Eagle", "eagle"), ("DSpark", "dspark"), ("DFlash", "dflash"),
+                           ("XPress", "dflash"), ("LiLiCorr", "dflash"), ("MuseGlimmer", "dflash"),
+                           ("ExtractHiddenStates", "extract_hidden_states")):
+        if marker in arch:
+            return method
+    if arch in dict(facts.mtp_sources) or "MTP" in arch:
+        return "mtp"
+    return "?"
+
+
+def compile_table(release: str) -> list[str]:
+    """Markdown: per compile status, the draft architectures, their method and (MTP) the target
+    architectures or model types whose checkpoints carry them; the target architectures with no
+    compiled class; the stored checkpoints and what they give."""
+    from contract.evidence import model_facts
+
+    facts = model_facts.committed()[release]
+    sources = dict(facts.mtp_sources)
+    lines = [f"### vLLM {release}", "", "| draft architecture | method | target architecture / model type (mtp) "
+             "| compiled | decorated class |", "|---|---|---|---|---|"]
+    for m in sorted(facts.drafts, key=lambda m: (m.status, m.arch)):
+        method = draft_method(m.arch, facts)
+        made = ", ".join(sources.get(m.arch, ())) if method == "mtp" else ""
+        lines.append(f"| `{m.arch}` | {method} | {made or '-'} | {m.status} | {'; '.join(m.decorated[:2]) or '-'} |")
+    plain = [m.arch for m in facts.targets if m.status == model_facts.NOT_COMPILED]
+    lines += ["", f"Target architectures with no `@support_torch_compile` class ({len(plain)}): "
+              + ", ".join(f"`{a}`" for a in plain) + ".", "", "Stored checkpoints:", ""]
+    for repo, c in checkpoints().items():
+        row = facts.model(c.architecture)
+        lines.append(f"- `{repo}`: `{c.architecture}`, {row.status if row else 'not in the registry'}"
+                     + (f"; MTP layers {c.mtp_layers}" if c.mtp_layers else "")
+                     + ("; chunked local attention (NEVER)" if c.chunked_local else ""))
+    return lines
+
+
+if __name__ == "__main__":
+    import sys
+
+    for release in sys.argv[1:] or RELEASES:
+        print("\n".join(compile_table(release)) + "\n")

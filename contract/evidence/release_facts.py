@@ -273,9 +273,10 @@ def span(capabilities) -> str:
 
 
 def gpus(capabilities) -> str:
-    """``9.0 and newer (H100, H200, GH200, B200, ...)``: the span and the GPUs in it."""
+    """``9.0 and newer (H100, H200, GH200; B200, ...)``: the span and the GPUs in it."""
     caps = [c for c in CAPABILITY_GPUS if c in set(capabilities)]
-    return f"{span(caps)}: {'; '.join(CAPABILITY_GPUS[c] for c in caps)}"
+    text = f"{caps[0]} to {caps[-1]}" if caps == list(CAPABILITY_GPUS) else span(caps)
+    return f"{text} ({'; '.join(CAPABILITY_GPUS[c] for c in caps)})"
 
 
 def hardware(release: str, backend: str) -> list[str]:
