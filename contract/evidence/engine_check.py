@@ -23,9 +23,13 @@ not see the simulated platform); ``vllm.vllm_flash_attn.flash_attn_interface``, 
 FlashAttention library, whose ``is_fa_version_supported`` answers per capability
 (:data:`FA_VERSIONS`); the number of GPUs on the node (:data:`GPUS`, which ``ParallelConfig``
 compares with the world size); Triton's presence (``HAS_TRITON``, which ``VllmConfig`` asks
-before choosing Model Runner V2); the ``torchvision`` package (Llama 4's model module imports it);
-and the ``flashinfer`` package, whose names the FlashInfer backend module
-imports but whose kernels no support level calls (:class:`_StubLibrary`). The parent (:func:`check`) validates the JSON the child writes.
+before choosing Model Runner V2); whether FlashInfer's TRT-LLM kernels can be fetched
+(``has_nvidia_artifactory()``, otherwise a network request; no unless a command says so); and the
+``flashinfer`` and ``torchvision`` packages, whose names the FlashInfer backend and Llama 4's model
+module import but which no config or support level calls (:class:`_StubLibrary`).
+
+The parent (:func:`check`) writes the request, runs the child and validates the JSON it writes;
+:func:`compare` turns a result into one line per setting that differs from the scenario.
 """
 
 from __future__ import annotations
@@ -430,6 +434,7 @@ def _import_time_level(builder, level):
     keeps ``level``."""
     import ast
     import inspect
+    import textwrap
 
     for klass in builder.__mro__:
         if "_cudagraph_support" not in vars(klass):
@@ -437,8 +442,8 @@ def _import_time_level(builder, level):
         if level != vars(klass)["_cudagraph_support"]:
             return level
         try:
-            tree = ast.parse(inspect.getsource(klass).lstrip() if klass.__module__ else "")
-        except (OSError, TypeError, SyntaxError, IndentationError):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
             return level
         cls_node = tree.body[0]
         for node in getattr(cls_node, "body", []):
@@ -486,8 +491,6 @@ def _support(plat, vllm_config, capabilities) -> dict[str, str] | str:
 
 
 def _observe(release: str, plat, vllm_config) -> dict:
-    import vllm.envs as envs
-
     cc = vllm_config.compilation_config
     runner = "MRV2"
     if hasattr(type(vllm_config), "use_v2_model_runner"):
@@ -512,7 +515,6 @@ def _observe(release: str, plat, vllm_config) -> dict:
             "speculator": _speculator(release, vllm_config) if runner == "MRV2" else None,
         }
     backend = vllm_config.attention_config.backend
-    del envs
     return {
         "runner": runner,
         "breakable": breakable,

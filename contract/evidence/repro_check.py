@@ -181,6 +181,13 @@ def run_release(release: str, python: Path, release_pages: list[Page], *, with_m
     return ReleaseRun(outcomes, mutated, table, {**timings, "commands_checked": len(unique)})
 
 
+def _child_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contract.evidence.repro_check")
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
@@ -192,13 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     for release in releases:
         release_pages = [p for p in all_pages if p.release == release]
         python = ROOT / f".venv-vllm-{release}" / "bin" / "python"
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _child_cpu()
         run = run_release(release, python, release_pages)
+        cpu = _child_cpu() - cpu0
         bad = [o for o in run.outcomes if o.failures]
         t = run.timings
         print(f"vLLM {release}: {len(run.outcomes) - len(bad)} of {len(run.outcomes)} commands match their scenario "
               f"({t['commands_checked']} distinct commands checked with the mutants and support variants; "
-              f"{time.monotonic() - t0:.1f} s, child start {t.get('start')} s, commands {t.get('commands')} s)")
+              f"{time.monotonic() - t0:.1f} s wall, {cpu:.1f} s CPU in the child; child start {t.get('start')} s, "
+              f"commands {t.get('commands')} s)")
         for o in bad:
             failed = True
             for line in o.failures:
