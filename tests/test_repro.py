@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.evidence import logs, serve
+from contract.evidence import logs, reach, serve
 from contract.evidence.release_facts import committed, read
 from contract.core.modes import AttentionCGSupport, CompilationMode
 from contract.families import load_policy
@@ -32,12 +32,18 @@ INSTALLED = serve.LOGS_CHECKED
 def test_commands_name_real_things():
     for release in ("0.29.0", "0.30.0", "0.33.0"):
         for s in canonical_scenarios_of()[::7]:
-            text = serve.command(s, FACTS[release]).shell()
+            command, found = serve.command(s, FACTS[release]), reach.reach(s, release)
+            assert (command is None) == (not found.reachable)
+            if command is None:  # labelled instead, with the reason
+                assert found.reason.startswith(("not reachable with the public models of", "no reproduction on")), found
+                continue
+            text = command.shell()
             assert not re.search(r"<[a-z]", text), text
             flags = text.split()
             if s.splitting_ops is SplittingOps.ATTENTION:
                 assert "vllm::unified_attention_with_output" in text
-            assert ("--attention-backend" in flags) == (s.attention_support is not AttentionCGSupport.NEVER)
+            assert "--attention-backend" in flags
+            assert (s.attention_support is AttentionCGSupport.NEVER) == (command.plan.model == reach.CHUNKED_LOCAL)
 
 
 def test_default_path_is_shown_and_the_shortest_only_when_it_differs():
@@ -91,7 +97,7 @@ from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
 import vllm.envs as envs
 from contract.real.vllm_config import ConfigCache, config_key
-from contract.evidence import logs, serve
+from contract.evidence import logs, reach, serve
 from contract.evidence.release_facts import committed
 from contract.runners.mrv1.model.space import canonical_scenarios_of
 
@@ -114,7 +120,10 @@ out = {"parse": [], "logs": [], "env": [n for n in ("VLLM_USE_V2_MODEL_RUNNER", 
                                         if n not in envs.environment_variables]}
 config_logs, cache = {}, {}
 for s in canonical_scenarios_of():
-    argv = list(serve.command(s, facts).argv)
+    command = serve.command(s, facts)
+    if command is None:  # no stored checkpoint reaches it: the page says why instead
+        continue
+    argv = list(command.argv)
     try:
         # from_cli_args would fetch the model's config from the Hub: parsing is what checks the flags
         args = parser.parse_args(["--model", *argv])

@@ -11,6 +11,12 @@ override, following base classes; and ``CompilationConfig._attention_ops``
 are committed per release in ``release_facts.json`` beside this file (the reports are written where
 vLLM is not installed); ``python -m contract.evidence.release_facts VERSION PATH/TO/vllm`` refreshes
 one release.
+
+A level the source decides at run time depends on the GPU: ``support_by_capability`` in the same
+file holds, per release, NVIDIA dense backend and ``--attention-config``, the level the release's
+own ``get_cudagraph_support`` returns at each compute capability (run on CPU by
+``contract.evidence.engine_check --support-table VERSION``, which writes it), and
+:func:`hardware` says it in GPU names.
 """
 
 from __future__ import annotations
@@ -216,6 +222,77 @@ def to_json(facts: ReleaseFacts) -> dict:
             "attention_ops": list(facts.attention_ops), "log_sites": dict(facts.log_sites)}
 
 
+# What ``support_by_capability`` evaluates: (backend, --attention-config, whether FlashInfer's
+# TRT-LLM kernels are available: ``has_nvidia_artifactory()``, ``utils/flashinfer.py``; None where
+# the backend does not ask). The reference model is Qwen/Qwen3-8B (head size 128, 32 query and 8 KV
+# heads), the geometry of every dense checkpoint the reproductions use.
+SUPPORT_VARIANTS = (
+    ("FLASH_ATTN", {}, None),
+    ("FLASH_ATTN", {"flash_attn_version": 2}, None),
+    ("FLASHINFER", {}, True),
+    ("FLASHINFER", {}, False),
+    ("FLASHINFER", {"use_trtllm_attention": False}, None),
+    ("TRITON_ATTN", {}, None),
+    ("FLEX_ATTENTION", {}, None),
+)
+SUPPORT_MODEL = "Qwen/Qwen3-8B"
+# Compute capability -> the NVIDIA data-centre and workstation GPUs that have it.
+CAPABILITY_GPUS = {
+    "8.0": "A100, A30", "8.6": "A10, A40, RTX A6000, RTX 30 series", "8.9": "L4, L40S, RTX 6000 Ada, RTX 40 series",
+    "9.0": "H100, H200, GH200", "10.0": "B200, GB200", "10.3": "B300, GB300",
+    "12.0": "RTX PRO 6000 Blackwell, RTX 50 series", "12.1": "DGX Spark (GB10)",
+}
+
+
+def variant_key(attention_config: dict, trtllm_cubins: bool | None) -> str:
+    """``support_by_capability``'s key: "default" or the ``--attention-config`` JSON, and for
+    FlashInfer's default whether its TRT-LLM kernels are available."""
+    key = json.dumps(attention_config, sort_keys=True) if attention_config else "default"
+    if trtllm_cubins is not None:
+        key += ", TRT-LLM kernels " + ("available" if trtllm_cubins else "unavailable")
+    return key
+
+
+def support_by_capability(release: str) -> dict[str, dict[str, dict[str, str]]]:
+    """backend -> variant key -> compute capability -> level, as committed; {} without it."""
+    data = json.loads(TABLE.read_text()).get(release, {})
+    return data.get("support_by_capability", {})
+
+
+def span(capabilities) -> str:
+    """``9.0 and newer`` / ``8.0 to 8.9`` / ``every compute capability`` / a list, over the evaluated ones."""
+    known = list(CAPABILITY_GPUS)
+    caps = [c for c in known if c in set(capabilities)]
+    if caps == known:
+        return "every compute capability (8.0 to 12.1)"
+    if caps and caps == known[known.index(caps[0]):]:
+        return f"{caps[0]} and newer"
+    if caps and caps == known[: len(caps)]:
+        return f"{caps[0]} to {caps[-1]}"
+    return ", ".join(caps)
+
+
+def gpus(capabilities) -> str:
+    """``9.0 and newer (H100, H200, GH200; B200, ...)``: the span and the GPUs in it."""
+    caps = [c for c in CAPABILITY_GPUS if c in set(capabilities)]
+    text = f"{caps[0]} to {caps[-1]}" if caps == list(CAPABILITY_GPUS) else span(caps)
+    return f"{text} ({'; '.join(CAPABILITY_GPUS[c] for c in caps)})"
+
+
+def hardware(release: str, backend: str) -> list[str]:
+    """Per variant, which compute capabilities give which level:
+    ``default: `UNIFORM_BATCH` on 8.0 to 8.9, `ALWAYS` on 9.0 ...``."""
+    out = []
+    for variant, levels in support_by_capability(release).get(backend, {}).items():
+        by_level: dict[str, list[str]] = {}
+        for cap, level in levels.items():
+            by_level.setdefault(level, []).append(cap)
+        parts = [f"`{level}` on {span(caps)}" for level, caps in by_level.items()]
+        name = f"`--attention-config '{variant}'`" if variant.startswith("{") else variant
+        out.append(f"{name}: " + ", ".join(parts))
+    return out
+
+
 def committed() -> dict[str, ReleaseFacts]:
     """The committed facts: release -> facts."""
     out = {}
@@ -238,7 +315,8 @@ def main(argv: list[str]) -> int:
         print(f"error: cannot read vLLM {release}'s source at {root}: {exc}", file=sys.stderr)
         return 2
     data = json.loads(TABLE.read_text()) if TABLE.exists() else {}
-    data[release] = to_json(facts)
+    kept = {k: v for k, v in data.get(release, {}).items() if k == "support_by_capability"}
+    data[release] = {**to_json(facts), **kept}
     text = json.dumps(dict(sorted(data.items())), indent=1) + "\n"
     from contract.core.output import write_atomic
 

@@ -1,10 +1,13 @@
 """A counterexample's scenario as a ``vllm serve`` command a maintainer can paste.
 
-Every flag is one the release's ``EngineArgs`` parser accepts (checked by the test suite with vLLM's
-own parser); the models are public Hugging Face repositories this tool cannot download or run, so
-the command is stated, not executed. The attention backend is chosen by name from what the
-release's source says it reports (``release_facts.json``), and ``splitting_ops`` lists the
-release's ``CompilationConfig._attention_ops``.
+What each scenario setting becomes (flags, environment variables, checkpoint, backend, the GPUs on
+which the backend reports the scenario's support level) is ``reach.reach``'s plan; a scenario no
+stored public checkpoint reaches is labelled with the reason instead of a command. Every command
+is run through the release's own parser and config code on CPU by the test suite
+(``engine_check``), which compares the settings vLLM builds with the scenario's. The models are
+public Hugging Face repositories this tool cannot download or run, so the command is stated, not
+executed; ``splitting_ops`` lists the release's ``CompilationConfig._attention_ops``. A witness
+whose violation needs a batch after start-up gets the requests that make it (``requests.py``).
 
 vLLM's default start-up (``Worker.determine_available_memory``, ``v1/worker/gpu_worker.py:527-570``
 in 0.29.0) runs ``profile_cudagraph_memory`` whenever the mode is not NONE; ``--kv-cache-memory-bytes``
@@ -14,28 +17,22 @@ says it fails there too, and with ``--kv-cache-memory-bytes`` only when it does 
 
 from __future__ import annotations
 
-import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contract.core.events import ProfileCudagraphMemory, ProfileRun
-from contract.evidence import logs
-from contract.evidence.release_facts import BackendSupport, ReleaseFacts
-from contract.core.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Runner, Scenario, Speculator, SplittingOps
+from contract.evidence import logs, reach, requests
+from contract.evidence.release_facts import CAPABILITY_GPUS, BackendSupport, ReleaseFacts, gpus, hardware
+from contract.core.scenario import CUDAGRAPH_CAPTURE_SIZES, Runner, Scenario, SplittingOps
 
-# Public checkpoints: a small dense model; vLLM's own EAGLE-3 pair (tests/v1/e2e/test_spec_decode.py);
-# a MoE model and its EAGLE-3 head for dual batch overlap, which needs expert parallelism.
-DENSE = "Qwen/Qwen3-0.6B"
-EAGLE_TARGET, EAGLE_HEAD = "Qwen/Qwen3-8B", "AngelSlim/Qwen3-8B_eagle3"
-MOE, MOE_EAGLE_HEAD = "Qwen/Qwen3-30B-A3B", "AngelSlim/Qwen3-a3B_eagle3"
-MAX_MODEL_LEN = 4096
+# Public checkpoints (reach.py chooses among them; hf_configs/ keeps their config.json).
+DENSE, EAGLE_TARGET, EAGLE_HEAD = reach.DENSE, reach.EAGLE_TARGET, reach.EAGLE_HEAD
+MOE, MOE_MTP = reach.MOE, reach.MOE_MTP
+MAX_MODEL_LEN = reach.MAX_MODEL_LEN
 KV_CACHE_MEMORY_BYTES = 2 * 1024**3  # 2 GiB: >= one 4096-token sequence for each model above
 # Backends a dense decoder can use on NVIDIA GPUs, in the order vLLM's docs list them.
 NVIDIA_DENSE = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 REPO = "https://github.com/vllm-project/vllm/blob"
-# The `--speculative-config` method of each MRV2 speculator kind.
-METHOD = {Speculator.EAGLE: "eagle", Speculator.MULTI_MODULE_MTP: "mtp", Speculator.DFLASH: "dflash",
-          Speculator.STANDALONE_AR: "draft_model"}
 # Releases whose logging the test suite compares these lines with, for every MRV1 scenario class.
 LOGS_CHECKED = ("0.29.0", "0.30.0")
 
@@ -70,6 +67,7 @@ def backend_for(level: str, facts: ReleaseFacts) -> Backend:
 class Command:
     env: tuple[str, ...]
     argv: tuple[str, ...]
+    plan: reach.Plan | None = field(default=None, compare=False)
 
     def shell(self) -> str:
         parts = [*self.env, "vllm", "serve", *(shlex.quote(a) for a in self.argv)]
@@ -83,45 +81,27 @@ class Command:
         lines.append(line)
         return " \\\n".join(lines)
 
+    def environ(self) -> dict[str, str]:
+        return dict(e.split("=", 1) for e in self.env)
 
-def command(s: Scenario, facts: ReleaseFacts, *, skip_memory_profile: bool = False) -> Command:
-    env = [f"VLLM_USE_V2_MODEL_RUNNER={'1' if s.runner is Runner.MRV2 else '0'}",
-           f"VLLM_USE_BREAKABLE_CUDAGRAPH={'1' if s.breakable else '0'}"]
-    eagle = s.drafter is DrafterKind.WITH_MODEL
-    model = MOE if s.ubatching else EAGLE_TARGET if eagle else DENSE
-    argv = [model, "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(MAX_NUM_SEQS)]
-    backend = backend_for(s.attention_support.name, facts).choice
-    if backend is not None:
-        argv += ["--attention-backend", backend.backend]
+
+def compilation_config(s: Scenario, facts: ReleaseFacts) -> dict:
     compilation = {"mode": s.compilation_mode.name, "cudagraph_mode": s.cudagraph_mode.name,
                    "cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES),
                    "max_cudagraph_capture_size": max(CUDAGRAPH_CAPTURE_SIZES)}
-    if s.splitting_ops is SplittingOps.ATTENTION:
-        compilation["splitting_ops"] = list(facts.attention_ops)
-    elif s.splitting_ops is SplittingOps.EMPTY:
-        compilation["splitting_ops"] = []
-    argv += ["--compilation-config", json.dumps(compilation)]
-    if s.drafter is not DrafterKind.NONE:
-        spec: dict = ({"method": "eagle3", "model": MOE_EAGLE_HEAD if s.ubatching else EAGLE_HEAD} if eagle
-                      else {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4})
-        if eagle and s.speculator is not Speculator.EAGLE:
-            # MTP heads ship inside the target checkpoint; the other MRV2 speculators name their draft.
-            spec = {"method": METHOD[s.speculator]} | ({"model": EAGLE_HEAD} if s.speculator is not
-                                                        Speculator.MULTI_MODULE_MTP else {})
-        spec["num_speculative_tokens"] = s.uniform_decode_query_len - 1
-        if s.spec_enforce_eager:
-            spec["enforce_eager"] = True
-        if s.adaptive_verification:
-            spec["enable_adaptive_verification"] = True
-        argv += ["--speculative-config", json.dumps(spec)]
-    if s.ubatching:
-        argv += ["--data-parallel-size", "2", "--enable-expert-parallel",
-                 "--all2all-backend", "deepep_low_latency", "--enable-dbo"]
-    if not s.extensible_kv_cache:
-        argv += ["--no-enable-extensible-kv-cache"]  # 0.34.0: memory profiling captures again
-    if skip_memory_profile:
-        argv += ["--kv-cache-memory-bytes", str(KV_CACHE_MEMORY_BYTES)]
-    return Command(tuple(env), tuple(argv))
+    compilation.update(reach.splitting_ops_flag(s, facts.attention_ops))
+    return compilation
+
+
+def command(s: Scenario, facts: ReleaseFacts, *, skip_memory_profile: bool = False) -> Command | None:
+    """The ``vllm serve`` command for ``s`` on ``facts.release``; None when no stored public
+    checkpoint reaches it (``reach.reach`` says why)."""
+    found = reach.reach(s, facts.release)
+    if not found.reachable:
+        return None
+    plan = found.plan
+    argv = plan.argv(compilation_config(s, facts), KV_CACHE_MEMORY_BYTES if skip_memory_profile else None)
+    return Command(tuple(f"{k}={v}" for k, v in plan.env), tuple(argv), plan)
 
 
 def on_default_path(events: list) -> list | None:
@@ -154,12 +134,19 @@ def default_path_fails(trace, policy) -> bool | None:
 
 
 def markdown(trace, policy, facts: ReleaseFacts) -> list[str]:
-    """The reproduction section of a page: command(s), backend table, log lines."""
+    """The reproduction section of a page: command(s), the GPUs it needs, the requests, the
+    backend table, log lines; or the reason no stored public checkpoint reaches the scenario."""
     s = trace.scenario
+    found = reach.reach(s, facts.release)
+    if not found.reachable:
+        lines = [f"On vLLM {facts.release}: **{found.reason}**.", ""]
+        lines += backend_table(s.attention_support.name, facts)
+        return lines
+    cmd = command(s, facts)
     default_fails = default_path_fails(trace, policy)
     shortest_differs = default_fails is False
     lines = [f"On vLLM {facts.release} (the models are public Hugging Face checkpoints; this tool does not "
-             "download or run them):", "", "```bash", command(s, facts).shell(), "```"]
+             "download or run them):", "", "```bash", cmd.shell(), "```"]
     if default_fails:
         lines += ["", "This is vLLM's default start-up path; the shortest counterexample skips "
                   "`profile_cudagraph_memory` (as `--kv-cache-memory-bytes` does) and fails the same way."]
@@ -167,6 +154,8 @@ def markdown(trace, policy, facts: ReleaseFacts) -> list[str]:
         lines += ["", "vLLM's default start-up above does not show it: the counterexample needs "
                   "`profile_cudagraph_memory` skipped, which `--kv-cache-memory-bytes` does:", "",
                   "```bash", command(s, facts, skip_memory_profile=True).shell(), "```"]
+    lines += ["", *plan_lines(cmd.plan)]
+    lines += ["", *requests.markdown(trace, cmd.plan.model)]
     lines += ["", *backend_table(s.attention_support.name, facts)]
     lines += ["", *log_section(s, facts, backend_class(s.attention_support.name, facts))]
     if any("silent eager fallback" in v["message"] for v in trace.expected_violations):
@@ -178,6 +167,18 @@ def markdown(trace, policy, facts: ReleaseFacts) -> list[str]:
     return lines
 
 
+def plan_lines(plan: reach.Plan) -> list[str]:
+    """Where the command runs and what each choice rests on."""
+    s = plan.scenario
+    lines = [f"Run it on an NVIDIA GPU of compute capability {gpus(plan.capabilities)}. There "
+             f"`--attention-backend {plan.backend}`"
+             + (f" with `--attention-config '{reach.variant_name(plan.attention_config)}'`" if plan.attention_config else "")
+             + f" gives the minimum `AttentionCGSupport` the scenario needs, `{s.attention_support.name}` "
+             "(vLLM's `get_cudagraph_support` run per compute capability, `release_facts.json`)."]
+    lines += [f"- {note}" for note in plan.notes if not note.startswith(plan.backend)]
+    return lines
+
+
 def backend_table(level: str, facts: ReleaseFacts) -> list[str]:
     chosen = backend_for(level, facts)
     head = (f"The scenario needs the minimum `AttentionCGSupport` over the model's backends to be `{level}`: "
@@ -185,18 +186,32 @@ def backend_table(level: str, facts: ReleaseFacts) -> list[str]:
                + (" reports it only under the condition its source states (below)" if chosen.note else "")
                if chosen.choice else chosen.note) + ".")
     lines = [head, "", f"What vLLM {facts.release}'s NVIDIA dense-model backends report "
-             "(`get_builder_cls().get_cudagraph_support`):", ""]
+             "(`get_builder_cls().get_cudagraph_support`, run per GPU compute capability):", ""]
     rows = {b.backend: b for b in facts.attention_backends}
     for name in NVIDIA_DENSE:
         b = rows.get(name)
         if b is not None:
-            how = ", ".join(f"`{x}`" for x in b.support) + (f" ({b.condition})" if b.condition else "")
-            lines.append(f"- `{b.backend}`: {how}; {permalink(facts.release, b.where)}")
+            levels = hardware(facts.release, name)
+            how = ("; ".join(levels) if levels else
+                   ", ".join(f"`{x}`" for x in b.support) + (f" ({b.condition})" if b.condition else ""))
+            lines.append(f"- `{b.backend}`: {how}; decided at {permalink(facts.release, b.where)}")
+    lines += ["", "Compute capabilities: " + "; ".join(f"{c} {g}" for c, g in CAPABILITY_GPUS.items())
+              + ". FlashAttention's level follows the FlashAttention version vLLM picks for the GPU; the table "
+              "takes FA3 on 9.0 and FA4 on 10.x, as vllm-flash-attn builds them."]
     return lines
 
 
 def backend_class(level: str, facts: ReleaseFacts) -> str:
-    """The class resolve's messages name: the chosen backend's, else any backend reporting ``level``."""
+    """The class resolve's messages name (``attn_backend.__name__`` of the least-supporting
+    backend): for NEVER, Llama 4's chunked local attention, ``subclass_attention_backend``'s
+    ``ChunkedLocalAttention_<chunk>_`` + the backend's class (``v1/attention/backend.py``);
+    otherwise the chosen backend's, else any backend reporting ``level``."""
+    rows = {b.backend: b for b in facts.attention_backends}
+    if level == "NEVER":
+        backend = rows.get(reach.LEVEL_BACKEND[level][0])
+        chunk = reach.chunk_size(reach.CHUNKED_LOCAL)
+        if backend is not None and chunk:
+            return f"ChunkedLocalAttention_{chunk}_{backend.class_name}"
     chosen = backend_for(level, facts).choice
     if chosen is None:
         chosen = next((b for b in facts.attention_backends if b.gives(level)), None)
