@@ -69,6 +69,15 @@ def guarded(flag):
 def flags(obj, a, b):
     obj.flag = a and b
     return a != b
+
+
+def closed(a, b):
+    if (
+        a
+        and b
+    ):
+        return 1
+    return 0
 '''
 
 
@@ -85,7 +94,7 @@ def traced(tmp_path):
     spec.loader.exec_module(module)
     # Runner.decide's code starts at its decorator; guarded at its def.
     tracer = trace_lines.Tracer([package], {("v1/worker/stand_in.py", 12), ("v1/worker/stand_in.py", 38),
-                                                   ("v1/worker/stand_in.py", 46)})
+                                                   ("v1/worker/stand_in.py", 46), ("v1/worker/stand_in.py", 51)})
     return module, tracer
 
 
@@ -135,6 +144,14 @@ def test_values_stored_in_attributes_and_returned_conditions_are_read(traced):
     got = _by_line(tracer)
     assert got[(47, 47)]["steps"]["0"] == [["obj.flag = False", "a: T · b: F", 1]]
     assert got[(48, 48)]["kind"] == "return" and got[(48, 48)]["steps"]["0"] == [["return True", "", 1]]
+
+
+def test_a_parenthesised_condition_ends_at_its_colon(traced):
+    module, tracer = traced
+    _run(tracer, 0, lambda: module.closed(True, False))
+    (got,) = tracer.executions.to_json()
+    assert got["lines"] == [52, 55] and got["text"] == "if (\n    a\n    and b\n):"
+    assert got["steps"]["0"] == [["false", "a: T · b: F", 1]]
 
 
 def test_a_crash_names_the_raise_and_the_callers_statements(traced):

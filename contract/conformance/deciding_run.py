@@ -160,7 +160,8 @@ def markdown(result: dict) -> list[str]:
     if reads:
         cited = [(f"`{r['function']}`, lines {r['lines'][0]}-{r['lines'][1]} ({r['label']})" if r["path"] in tree else
                   f"[`{r['function']}`, lines {r['lines'][0]}-{r['lines'][1]} ({r['label']})]"
-                  f"({deciding.permalink(result['release'], r['path'], r['lines'])})") + f" (step {r['step']})"
+                  f"({deciding.permalink(result['release'], r['path'], r['lines'])})")
+                 + (" (start-up)" if r["step"] == deciding.CONFIG_STEP else f" (step {r['step']})")
                  for r in reads[:6]]
         lines += ["", "Differing too, but reading the differing setting itself (not ranked): " + "; ".join(cited)
                   + (f"; and {len(reads) - 6} more" if len(reads) > 6 else "") + "."]

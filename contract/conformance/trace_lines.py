@@ -150,6 +150,17 @@ def file_source(filename: str) -> FileSource | None:
     return FileSource(Path(filename), text.splitlines(keepends=True), tree, defs)
 
 
+def colon_line(node: ast.stmt, last: int, lines: list[str]) -> int:
+    """The line holding a compound statement's ``:`` after its header expression ends on ``last``
+    (a parenthesised condition closes on the next line): the header ends there."""
+    body = getattr(node, "body", None)
+    limit = body[0].lineno - 1 if body else last
+    for number in range(last, max(limit, last) + 1):
+        if lines[number - 1].split("#")[0].rstrip().endswith(":"):
+            return number
+    return last
+
+
 def _is_condition(value) -> bool:
     return isinstance(value, (ast.Compare, ast.BoolOp, ast.IfExp)) or (
         isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not))
@@ -164,9 +175,9 @@ def _statement(index: int, node: ast.stmt, source: FileSource) -> Statement | No
     target = None
     if isinstance(node, ast.If):
         kind = "elif" if source.lines[node.lineno - 1][node.col_offset:].startswith("elif") else "if"
-        header = (node.lineno, node.test.end_lineno)
+        header = (node.lineno, colon_line(node, node.test.end_lineno, source.lines))
     elif isinstance(node, ast.While):
-        kind, header = "while", (node.lineno, node.test.end_lineno)
+        kind, header = "while", (node.lineno, colon_line(node, node.test.end_lineno, source.lines))
     elif isinstance(node, (ast.Assert, ast.Raise)):
         kind, header = type(node).__name__.lower(), (node.lineno, node.end_lineno)
     elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
@@ -628,13 +639,13 @@ def _opname(code, lasti: int) -> str:
     return dis.opname[code.co_code[lasti]]
 
 
-def _header_end(stmt: ast.stmt) -> int:
+def _header_end(stmt: ast.stmt, lines: list[str]) -> int:
     if isinstance(stmt, (ast.If, ast.While)):
-        return stmt.test.end_lineno
+        return colon_line(stmt, stmt.test.end_lineno, lines)
     if isinstance(stmt, (ast.For, ast.AsyncFor)):
-        return stmt.iter.end_lineno
+        return colon_line(stmt, stmt.iter.end_lineno, lines)
     if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return stmt.items[-1].context_expr.end_lineno
+        return colon_line(stmt, stmt.items[-1].context_expr.end_lineno, lines)
     if isinstance(stmt, (ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return stmt.lineno
     return stmt.end_lineno
@@ -651,7 +662,7 @@ def _statement_of(info: CodeInfo, code, lasti: int) -> dict | None:
     stmt = _innermost(found[0].body, pos)
     if stmt is None:
         return None
-    lines = [stmt.lineno, _header_end(stmt)]
+    lines = [stmt.lineno, _header_end(stmt, source.lines)]
     return {"lines": lines, "text": source.source(*lines), "kind": type(stmt).__name__.lower()}
 
 

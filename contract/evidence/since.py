@@ -102,15 +102,26 @@ def form(node: ast.stmt) -> str:
     return ast.dump(node)
 
 
+def colon_line(node: ast.stmt, last: int, lines: list[str]) -> int:
+    """The line holding a compound statement's ``:`` after its header expression ends on ``last``
+    (a parenthesised condition closes on the next line): the header ends there."""
+    body = getattr(node, "body", None)
+    limit = body[0].lineno - 1 if body else last
+    for number in range(last, max(limit, last) + 1):
+        if lines[number - 1].split("#")[0].rstrip().endswith(":"):
+            return number
+    return last
+
+
 def header(node: ast.stmt, lines: list[str]) -> tuple[int, int, str]:
     """(first line, last line, source) of the statement, a compound one by its header."""
     end = node.end_lineno
     if isinstance(node, (ast.If, ast.While)):
-        end = node.test.end_lineno
+        end = colon_line(node, node.test.end_lineno, lines)
     elif isinstance(node, (ast.For, ast.AsyncFor)):
-        end = node.iter.end_lineno
+        end = colon_line(node, node.iter.end_lineno, lines)
     elif isinstance(node, (ast.With, ast.AsyncWith)):
-        end = node.items[-1].context_expr.end_lineno
+        end = colon_line(node, node.items[-1].context_expr.end_lineno, lines)
     elif isinstance(node, ast.Try):
         end = node.lineno
     import textwrap
