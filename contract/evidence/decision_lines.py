@@ -47,7 +47,10 @@ class Ran:
         link = permalink(release, w["path"], w["lines"])
         cited = f"[`{label}`]({link})" if link else f"`{label}`"
         block = re.search(r" \(([^()]+)\)$", self.point)  # statements cut from the method and run
-        text = f"`{w['function']}`" + (f" ({block.group(1)})" if block else "") + f" {cited}"
+        # A range that is not the whole def is labelled as what it is (a block, mirrored
+        # statements), never by the function's name alone (tests/test_permalinks.py).
+        part = block.group(1) if block else ("mirrored statements" if w.get("owner") == HARNESS else None)
+        text = f"`{w['function']}`" + (f" ({part})" if part else "") + f" {cited}"
         if w.get("owner") == HARNESS:
             text += " — mirrored by the harness: these statements did not run (`tests/test_decisions.py` guards them)"
         return text
