@@ -119,13 +119,14 @@ def _reached(observation: dict, where: dict) -> tuple[set[tuple[str, str]], set[
     return functions, files
 
 
-def select(traces: list[Trace], base: dict, where: dict, review: Review | None, full: bool) -> Selection:
-    """The traces a branch run replays: every one for ``full`` or an unknown change; else those whose
-    base decision path reaches a changed function, or a changed file where no decision point names
-    the function, plus every ``SAMPLE_EVERY``-th of the rest."""
+def select(traces: list[Trace], base: dict, where: dict, review: Review | None, full: str | None) -> Selection:
+    """The traces a branch run replays: every one when ``full`` says why (``--corpus full``, traces a
+    person gave) or the change is unknown; else those whose base decision path reaches a changed
+    function, or a changed file where no decision point names the function, plus every
+    ``SAMPLE_EVERY``-th of the rest."""
     names = [t.name for t in traces]
     if full:
-        return Selection(tuple(names), (), len(names), f"--corpus full: all {len(names)} traces")
+        return Selection(tuple(names), (), len(names), f"{full}: all {len(names)}")
     if review is None or review.diff is None:
         return Selection(tuple(names), (), len(names), f"no base source to compare the tree with: all {len(names)} traces")
     changed_functions = {(path, fn.qualname) for path, fn in review.diff.functions()}
@@ -243,6 +244,8 @@ class BranchRun:
     changes: list[StepChange]
     tree_modules: list[str]
     base_replayed: int  # base traces replayed now (the rest came from the cache)
+    base_observations: dict  # trace name -> vLLM's observation on the release
+    branch_observations: dict  # trace name -> on the tree
     seconds: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -256,15 +259,19 @@ class BranchRun:
 
 
 def run(review: Review, family: Family, release_policy, python: Path, version: str, kind: str,
-        timeout: float | None, given: list[Trace] | None = None) -> BranchRun:
-    """The branch replay: corpus, cached base, impact selection, branch side, classes."""
+        timeout: float | None, given: list[Trace] | None = None, always: list[Trace] = ()) -> BranchRun:
+    """The branch replay: corpus (``given`` replaces it), cached base, impact selection, branch side,
+    classes; ``always`` are replayed whatever the selection (a root cause's witnesses)."""
     started = time.perf_counter()
     traces = given if given is not None else corpus(family, release_policy, review.tree, kind, version)
+    traces = [*always, *traces]
     for i, t in enumerate(traces):
         t.name = t.name or f"trace-{i}"
     base_all, where, base_replayed = base_observations(python, family, version, traces, timeout)
-    selection = select(traces, base_all, where, review, full=kind == "full" or given is not None)
-    chosen = [t for t in traces if t.name in selection.names]
+    selection = select(traces, base_all, where, review,
+                       "the traces given" if given is not None else "--corpus full" if kind == "full" else None)
+    kept = selection.names | {t.name for t in always}
+    chosen = [t for t in traces if t.name in kept]
     base_done = time.perf_counter()
     data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}")
     branch_obs = {o["name"]: o for o in data["observations"]}
@@ -272,6 +279,6 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
     label = f"{Path(review.tree.tree).resolve().name} on vLLM {version}"
     d = compare(chosen, base_obs, branch_obs, label, f"vLLM {version}", family, data["vllm"])
     return BranchRun(family, version, review, chosen, selection, d, changes(chosen, base_obs, branch_obs),
-                     data["tree_modules"], base_replayed,
+                     data["tree_modules"], base_replayed, base_obs, branch_obs,
                      {"base": round(base_done - started, 1), "branch": round(time.perf_counter() - base_done, 1)})
 

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from contract.cli import conform, explore, replay, report, verify
+from contract.cli import conform, explore, fixcheck, replay, report, verify
 from contract.cli.common import err, error
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app = typer.Typer(
 
 for command in (verify.verify, replay.replay, explore.explore, report.report, conform.conform):
     app.command()(command)
+app.command(name="fix-check")(fixcheck.fix_check)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ RECAPTURE = "re-capture of a captured entry"
 NONE_CAPTURED = "NONE dispatch captured"
 UNWRAP_STOPS = "unwrap stops at a wrapper"
 STOPS = "vLLM stops"
+MAX_ID = 180  # characters of a class id, a file name
 HALT = "halt"
 
 
@@ -178,7 +180,11 @@ class ViolationClass:
         head = "-".join(parts)
         where = "+".join(st.field if st.values == ("True",) else f"{st.field}={'|'.join(st.values)}"
                          for st in self.settings) or "defaults"
-        return re.sub(r"[^A-Za-z0-9_=|+-]+", "-", f"{head}--{where}").replace("|", ",").strip("-")[:180]
+        full = re.sub(r"[^A-Za-z0-9_=|+-]+", "-", f"{head}--{where}").replace("|", ",").strip("-")
+        if len(full) <= MAX_ID:
+            return full
+        # Cut to fit a file name, and kept apart from every other class cut at the same place.
+        return f"{full[:MAX_ID - 9]}-{hashlib.sha256(full.encode()).hexdigest()[:8]}"
 
     @property
     def length(self) -> int:

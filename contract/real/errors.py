@@ -28,9 +28,14 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
 
 
+# The replay's stand-in models (contract/runners/mrv2/real/backends.py), named in vLLM's messages as
+# "{type(model).__name__}: ...": which stand-in ran says nothing of vLLM's decision.
+_STAND_IN_MODEL = re.compile(r"\bTiny(?:Compiled)?(?:Draft)?Model: ")
+
+
 def normalise(exc: BaseException) -> str:
     """An exception raised while a wrapper, the dispatcher or the runner's steps ran."""
-    line = first_line(exc)
+    line = _STAND_IN_MODEL.sub("", first_line(exc))
     for prefix in _EXACT_PREFIXES:
         if line.startswith(prefix):
             return CAPTURE_GUARD_ERROR if prefix == CAPTURE_GUARD_ERROR else NESTED_BREAKABLE_ERROR

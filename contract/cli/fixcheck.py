@@ -1,0 +1,157 @@
+"""``cudagraph-contract fix-check PATCH --vllm RELEASE``: one verdict on a candidate fix.
+
+Exit 0 when the fix is accepted, 1 when it is rejected (the reasons are printed), 2 on bad input or
+environment (one line)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from contract.branch import base as base_mod
+from contract.branch import conform as branch_conform
+from contract.branch.fixcheck import FixCheckError, RootCause, Verdict, patched_copy, run_test
+from contract.branch.review import review
+from contract.cli.common import RUNNER_OPTION, checked_base, fail, load_tree, new_folder
+from contract.core.child import DEFAULT_TIMEOUT_S
+from contract.core.classes import signatures
+from contract.core.differential import compare
+from contract.core.output import OutputError, check_folder, transaction
+from contract.core.policy import PolicyError
+from contract.core.properties import check
+from contract.core.trace import TraceError, load
+from contract.families import by_runner, load_policy
+from contract.real import judge
+from contract.real.installed import EnvironmentProblem, environment, package_of, release, shared_environment
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPORA = ("witnesses", "covering", "full")
+
+
+def _signatures(trace, observation: dict, family) -> set:
+    steps = observation.get("steps") or []
+    records = judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json)
+    return {sig for r in records for sig, _ in signatures(r, check(r, trace.scenario, family.runner))}
+
+
+def fix_check(
+    patch: Path = typer.Argument(..., help="A unified diff of vLLM's package (paths a/vllm/... b/vllm/...)."),
+    vllm: str = typer.Option(..., "--vllm", help="The release the patch is for (0.30.0); its environment must exist."),
+    root_cause: Optional[Path] = typer.Option(None, "--root-cause", help="The fixes/<id>/ folder whose unit test "
+                                              "and witnesses the fix answers (default: the patch's own folder)."),
+    runner: str = RUNNER_OPTION,
+    corpus: str = typer.Option("covering", "--corpus", help="What is replayed besides the witnesses: covering "
+                               "(one trace per observation cell, the traces the change reaches), full, or "
+                               "witnesses (the witnesses alone)."),
+    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", min=1, help="Seconds each replay may take."),
+    reports: Optional[Path] = typer.Option(None, "--reports", help="Report folder (default: a new folder here)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+) -> None:
+    """Apply a candidate fix to a copy of the release and check it: the root cause's witnesses fixed
+    on vLLM's own code, no new class on the corpus or in the model, the root cause's unit test passing.
+
+    Example: [bold]cudagraph-contract fix-check fixes/mrv1-breakable-ubatching/vllm-0.30.0.patch --vllm 0.30.0[/]
+    """
+    version = checked_base(vllm)
+    if corpus not in CORPORA:
+        fail(f"--corpus {corpus}: use one of {', '.join(CORPORA)}")
+    if not patch.is_file():
+        fail(f"{patch}: no such patch file")
+    folder = root_cause or (patch.parent if (patch.parent / "fix.json").is_file() else None)
+    try:
+        cause = RootCause.read(folder) if folder is not None else None
+        witnesses = [load(w) for w in cause.witnesses] if cause else []
+    except (FixCheckError, TraceError) as exc:
+        fail(str(exc))
+    python, shared, pkg = environment(ROOT, version), shared_environment(ROOT), package_of(version)
+    if pkg is None or not python.exists() or not shared.exists():
+        fail(f"no environment for vLLM {version}: make it with conformance-env/make-env.sh {version} "
+             f".venv-vllm-{version}")
+    reports = reports or new_folder(Path("cudagraph-contract-fix-check"))
+    try:
+        check_folder(reports, "--reports")
+    except OutputError as exc:
+        fail(str(exc))
+    say = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    with tempfile.TemporaryDirectory(prefix="cudagraph-contract-fix-") as tmp:
+        try:
+            tree_root = patched_copy(pkg, patch, Path(tmp))
+        except FixCheckError as exc:
+            fail(str(exc))
+        tree = load_tree(tree_root, runner)
+        family = by_runner(tree.policy.runner)
+        try:
+            chosen = base_mod.release_base(version, family)
+        except PolicyError as exc:
+            fail(str(exc))
+        r = review(tree, chosen, family)
+        for line in r.lines("conform"):
+            say.print(line, markup=False)
+        mine = [w for w in witnesses if w.scenario.runner is family.runner]
+        for i, w in enumerate(mine):
+            w.name = f"witness-{i}-{w.name}"
+        try:
+            release_policy = load_policy(family.release_policy(release(version)))
+            run = branch_conform.run(r, family, release_policy, python, version, corpus, timeout,
+                                     given=mine if corpus == "witnesses" else None,
+                                     always=[] if corpus == "witnesses" else mine)
+        except (branch_conform.ObserveProblem, EnvironmentProblem) as exc:
+            fail(str(exc))
+        verdict = Verdict(True)
+        base_obs, branch_obs = run.base_observations, run.branch_observations
+        if not mine:
+            verdict.said.append("no witness of this runner to check the fix against (fix.json names none)")
+        for w in mine:
+            before, after = _signatures(w, base_obs[w.name], family), _signatures(w, branch_obs[w.name], family)
+            if not before:
+                verdict.said.append(f"witness {w.name}: vLLM {version} shows no violation on it; it says nothing here")
+                continue
+            left = sorted({f"{s.property} {s.role} {s.runtime_mode}: {s.what}" for s in before & after})
+            if left:
+                verdict.accepted = False
+                verdict.reasons.append(f"witness {w.name} still shows {'; '.join(left)}")
+            else:
+                verdict.said.append(f"witness {w.name}: its {len(before)} violation(s) on vLLM {version} are gone")
+        d = run.differential
+        if d.new:
+            verdict.accepted = False
+            verdict.reasons.append(f"{len(d.new)} new class(es) on vLLM's code: " + "; ".join(c.title for c in d.new[:3]))
+        verdict.said.append(f"vLLM's code on {len(run.traces)} traces ({run.selection.why}): {len(d.new)} new, "
+                            f"{len(d.fixed)} fixed, {len(d.inherited)} inherited")
+        if tree.release is None:  # the rules the family reads are not the release's: the model differs too
+            model = compare(tree.policy, chosen.policy)
+            if model.new:
+                verdict.accepted = False
+                verdict.reasons.append(f"{len(model.new)} new class(es) in the model of the rules the patch changes")
+            verdict.said.append(f"the model on the patched rules: {len(model.new)} new, {len(model.fixed)} fixed")
+        if cause is not None and cause.test is not None:
+            after = run_test(cause.test, tree_root, shared, python)
+            before = run_test(cause.test, None, shared, python)
+            verdict.said.append(f"{cause.test.name}: {before.outcome} on vLLM {version}, {after.outcome} with the patch")
+            if after.outcome != "pass":
+                verdict.accepted = False
+                verdict.reasons.append(f"its unit test does not pass with the patch ({after.outcome}): "
+                                       + after.tail.splitlines()[-1] if after.tail else "")
+        from contract.reports import branch as branch_report
+
+        try:
+            with transaction():
+                index = branch_report.write(reports, run)
+        except OutputError as exc:
+            fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps({"patch": str(patch), "vllm": version, "accepted": verdict.accepted,
+                                     "reasons": verdict.reasons, "checked": verdict.said, "report": str(index)},
+                                    indent=1) + "\n")
+    else:
+        for line in verdict.said:
+            say.print(f"  {line}", markup=False)
+        say.print(verdict.line(patch, version), markup=False)
+        say.print(f"report: {index}", markup=False)
+    raise typer.Exit(0 if verdict.accepted else 1)

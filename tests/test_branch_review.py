@@ -1,0 +1,121 @@
+"""A reviewer's branch on Model Runner V2, end to end: unpacked 0.33.0 and 0.34.0 wheels, unedited and
+with one edit per area the MRV2 family replays (the mode decisions in ``v1/worker/gpu/model_runner.py``,
+the manager in ``v1/worker/gpu/cudagraph_utils.py``, a speculator's manager construction under
+``v1/worker/gpu/spec_decode/``, resolve in ``config/compilation.py``), through the command line.
+
+Each edit's branch replay runs on the trace that reaches it (``--traces``): the base side comes from
+a cache shared by the module's runs, the branch side is vLLM's code with the edit. ``verify
+--vllm-src`` (the model, default base) must never refuse such a tree.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import trees
+from contract.core.modes import CUDAGraphMode, AttentionCGSupport
+from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
+from contract.core.trace import record
+from contract.families import load_policy, policy_for
+from contract.real.corpus import runnable_events
+from vllm_envs import require
+
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("branch-review")]
+ROOT = Path(__file__).resolve().parents[1]
+RELEASES = ("0.33.0", "0.34.0")
+# The scenario that reaches each edit, and what the new class says.
+WITNESS = {
+    "model_runner": (Scenario(runner=Runner.MRV2, model_compiled=False), "piecewise CUDA graphs"),
+    "cudagraph_utils": (Scenario(runner=Runner.MRV2, breakable=True), "P1 target PIECEWISE: no capturer"),
+    "spec_decode": (Scenario(runner=Runner.MRV2, breakable=True, drafter=DrafterKind.WITH_MODEL,
+                             uniform_decode_query_len=2), "P1 drafter PIECEWISE: no capturer"),
+    "resolve": (Scenario(runner=Runner.MRV2, cudagraph_mode=CUDAGraphMode.FULL, splitting_ops=SplittingOps.EMPTY,
+                         attention_support=AttentionCGSupport.UNIFORM_BATCH), "P1 target PIECEWISE: no capturer"),
+}
+
+
+def cli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "contract.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every tree's branch replay and verify, two at a time; and the checkout's git status before and after."""
+    for release in RELEASES:
+        require(release)
+    work = tmp_path_factory.mktemp("branch-review")
+    env = {**os.environ, "CUDAGRAPH_CONTRACT_CACHE": str(work / "cache"), "VLLM_LOGGING_LEVEL": "ERROR"}
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    jobs = {}
+    for release in RELEASES:
+        policy = load_policy(policy_for(release, "mrv2"))
+        for area, (scenario, _) in WITNESS.items():
+            trace = work / f"{release}-{area}.json"
+            trace.write_text(record(scenario, policy, runnable_events(scenario, policy), name=f"reaches-{area}").dumps())
+            tree = trees.edited(release, area, work / f"{release}-{area}")
+            jobs[(release, area, "conform")] = ("conform", "--vllm-src", tree, "--base", release, "--traces", trace,
+                                                "--reports", work / f"report-{release}-{area}")
+            jobs[(release, area, "verify")] = ("verify", "--vllm-src", tree, "--profile", "dev")
+        unedited = trees.copy(release, work / f"{release}-unedited")
+        every = [x for a in WITNESS for x in ("--traces", work / f"{release}-{a}.json")]
+        jobs[(release, "unedited", "conform")] = ("conform", "--vllm-src", unedited, *every,
+                                                  "--reports", work / f"report-{release}-unedited")
+        jobs[(release, "unedited", "verify")] = ("verify", "--vllm-src", unedited, "--profile", "dev")
+    elsewhere = tmp_path_factory.mktemp("cwd")
+    with ThreadPoolExecutor(2) as pool:
+        done = dict(zip(jobs, pool.map(lambda args: cli(*args, env=env, cwd=elsewhere), jobs.values())))
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    return done, status, after
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("area", list(WITNESS))
+def test_an_edit_is_a_new_class_on_vllms_own_code(runs, release, area):
+    done, _, _ = runs
+    proc = done[(release, area, "conform")]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    new = [line for line in proc.stdout.splitlines() if line.startswith("  new: ")]
+    assert new and any(WITNESS[area][1] in line for line in new), proc.stdout
+    edit = trees.EDITS[(release, area)]
+    assert f"{edit.path}:" in proc.stdout and ": replayed" in proc.stdout, proc.stdout
+    assert "(Model Runner V2)" in proc.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("area", list(WITNESS))
+def test_verify_reads_an_edited_tree_and_says_what_it_does_not_read(runs, release, area):
+    done, _, _ = runs
+    proc = done[(release, area, "verify")]
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    edit = trees.EDITS[(release, area)]
+    said = next(line for line in proc.stdout.splitlines() if line.strip().startswith(edit.path + ":"))
+    if area == "model_runner":  # the piecewise_capture_available statement is one of verify's rules
+        assert said.endswith("read by verify"), said
+    else:
+        assert said.endswith("not read by verify"), said
+        assert "verify does not read 1 of the changes above" in proc.stdout
+        assert "conform --vllm-src" in proc.stdout and f"--base {release}" in proc.stdout
+    assert "recognised as" not in proc.stdout
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_unedited_tree_has_nothing_new(runs, release):
+    done, _, _ = runs
+    proc = done[(release, "unedited", "conform")]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 new" in proc.stdout and "the tree's files equal the base's" in proc.stdout
+    verify = done[(release, "unedited", "verify")]
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert f"recognised as vLLM {release}'s Model Runner V2" in verify.stdout
+
+
+def test_branch_runs_leave_the_checkout_as_it_was(runs):
+    _, before, after = runs
+    assert before == after
