@@ -3,7 +3,7 @@
 
 Usage:  DEST/bin/python conformance-env/probe.py [--only a,b,...]
 
-DEST is a venv made by conformance-env/make-env.sh (vLLM 0.29.0 or 0.30.0,
+DEST is a venv made by `cudagraph-contract env make VERSION --dir DEST` (vLLM 0.29.0 or 0.30.0,
 installed --no-deps on CPU torch).  Sections a..i print what vLLM's own code
 does; nothing here re-implements vLLM logic.  The only things replaced are the
 CUDA device layer (see `SimCuda`) and the platform object (`SimCudaPlatform`).
