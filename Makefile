@@ -5,7 +5,7 @@ VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
-.PHONY: verify test vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all clean
+.PHONY: verify test test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,21 +16,41 @@ $(VENV)/.installed: pyproject.toml ci-constraints.txt
 verify: $(VENV)/.installed
 	$(VENV)/bin/cudagraph-contract report --profile ci --out reports
 
-.venv-vllm/.complete: conformance-env/make-env.sh conformance-env/constraints.txt
-	bash conformance-env/make-env.sh base .venv-vllm
+# The environments are made by the package itself (contract/real/envs.py, `cudagraph-contract env
+# make`), here in the repository's own folders rather than the user cache folder.
+ENV_MAKE := $(VENV)/bin/cudagraph-contract env make
+
+.venv-vllm/.complete: contract/real/envs.py contract/real/constraints.txt | $(VENV)/.installed
+	$(ENV_MAKE) base --dir .venv-vllm --python $(PYTHON)
 	touch $@
 
 # One venv per release holding only its vLLM package, over .venv-vllm's torch and closure.
 .venv-vllm-%/.complete: .venv-vllm/.complete
-	bash conformance-env/make-env.sh $* .venv-vllm-$*
+	$(ENV_MAKE) $* --dir .venv-vllm-$* --base .venv-vllm
 	touch $@
 
 # The releases download and unpack side by side: mostly network and disk, little CPU.
 vllm-envs: .venv-vllm/.complete
 	$(MAKE) -j4 $(VLLM_ENVS)
 
-test: $(VENV)/.installed vllm-envs
+test: $(VENV)/.installed vllm-envs test-lowest
 	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup
+
+# The lowest versions pyproject.toml allows (ci-lowest.txt, installed --no-deps), and the command-line
+# tests run there once: the declared lower bounds are the ones that pass.
+LOWEST := .venv-lowest
+LOWEST_TESTS := tests/test_cli.py tests/test_bad_input.py tests/test_cli_public.py tests/test_pytest_plugin.py
+
+$(LOWEST)/.installed: pyproject.toml ci-lowest.txt
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install -q --no-deps -r ci-lowest.txt
+	$(LOWEST)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+test-lowest: $(LOWEST)/.installed
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning $(LOWEST_TESTS) \
+	  -k "not hypothesis_profile_adds_its_own_items"  # the plugin's Hypothesis run; verify's runs there
 
 gpu-conformance: $(VENV)/.installed
 	bash scripts/gpu-conformance.sh
@@ -62,4 +82,4 @@ conformance-all: $(VENV)/.installed
 	$(MAKE) verify
 
 clean:
-	rm -rf $(VENV) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache
+	rm -rf $(VENV) $(LOWEST) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache

@@ -43,7 +43,7 @@ if [ "$PACK" = 1 ]; then
   ADD=()
   for VERSION in "${VERSIONS[@]}"; do
     VPY="$ROOT/.venv-vllm-$VERSION/bin/python"
-    [ -x "$VPY" ] || die "no $ROOT/.venv-vllm-$VERSION (conformance-env/make-env.sh $VERSION .venv-vllm-$VERSION)"
+    [ -x "$VPY" ] || die "no $ROOT/.venv-vllm-$VERSION (cudagraph-contract env make $VERSION --dir .venv-vllm-$VERSION)"
     PYTHONPATH="$ROOT" "$VPY" -m contract.gpu.bundle --out "$BUNDLE" --python-version "$PYVER" \
       ${ADD[@]+"${ADD[@]}"} || die "packing vLLM $VERSION failed"
     ADD=(--add-release)

@@ -1,7 +1,7 @@
 """The model against real vLLM 0.30.0, 0.29.0 and 0.33.0 (Model Runner V1) on CPU (``cudagraph-contract conform``).
 
 Each release runs in its own venv (``.venv-vllm-<version>``, its vLLM over the shared ``.venv-vllm``,
-made by ``conformance-env/make-env.sh``) as a subprocess with ``PYTHONPATH`` at the repo root; all of
+made by ``cudagraph-contract env make``) as a subprocess with ``PYTHONPATH`` at the repo root; all of
 them start together and are shared by the tests of this module. 0.33.0 replays the covering corpus
 (its MRV1 is modelled by ``vllm_0_30``, which the full corpus checks on 0.30.0). Without the venvs
 the tests skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
@@ -188,10 +188,10 @@ def test_vllm_logging_is_quiet_unless_verbose(jobs):
 
 
 def test_quiet_on_a_release_that_leaves_logging_unconfigured(tmp_path):
-    """0.31 and later, where ``.venv-vllm-0.33.0`` exists (conformance-env/make-env.sh 0.33.0)."""
+    """0.31 and later, where ``.venv-vllm-0.33.0`` exists (make .venv-vllm-0.33.0/.complete)."""
     python = venv_python("0.33.0")
     if python is None:
-        pytest.skip(".venv-vllm-0.33.0 is missing: make it with conformance-env/make-env.sh 0.33.0 .venv-vllm-0.33.0")
+        pytest.skip(".venv-vllm-0.33.0 is missing: make it with make .venv-vllm-0.33.0/.complete")
     environment = {k: v for k, v in run_env().items() if k != "VLLM_LOGGING_LEVEL"}
     proc = subprocess.run([str(python), "-m", "contract.cli", "conform", "--corpus", "none", "--reports",
                            str(tmp_path)], cwd=ROOT, env=environment, text=True, capture_output=True, timeout=TIMEOUT)

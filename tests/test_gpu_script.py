@@ -22,7 +22,7 @@ SCRIPT = ROOT / "scripts" / "gpu-conformance.sh"
 def venv_python(version: str = "0.30.0") -> Path:
     python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
     if not python.exists():
-        message = f".venv-vllm-{version} is missing: conformance-env/make-env.sh {version} .venv-vllm-{version}"
+        message = f".venv-vllm-{version} is missing: make .venv-vllm-{version}/.complete"
         if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
             pytest.fail(message)
         pytest.skip(message)

@@ -33,7 +33,7 @@ runner = CliRunner()
 def installed(version: str) -> Path:
     found = sorted((ROOT / f".venv-vllm-{version}" / "lib").glob("python3*/site-packages/vllm"))
     if not found:
-        message = f".venv-vllm-{version} is missing: make it with conformance-env/make-env.sh {version} .venv-vllm-{version}"
+        message = f".venv-vllm-{version} is missing: make it with make .venv-vllm-{version}/.complete"
         if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
             pytest.fail(message)
         pytest.skip(message)

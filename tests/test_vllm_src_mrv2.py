@@ -86,7 +86,7 @@ def released_0_34() -> Path:
         if src and (Path(src) / mrv2_branch.MANAGER_FILE).is_file():
             return Path(src)
     if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-        pytest.fail("no vLLM 0.34.0 tree: make .venv-vllm-0.34.0 (conformance-env/make-env.sh 0.34.0 "
+        pytest.fail("no vLLM 0.34.0 tree: make .venv-vllm-0.34.0 (cudagraph-contract env make 0.34.0 --dir "
                     ".venv-vllm-0.34.0) or set CONTRACT_VLLM_0_34_SRC to its vllm/")
     pytest.skip("no vLLM 0.34.0 tree (.venv-vllm-0.34.0 or CONTRACT_VLLM_0_34_SRC)")
 

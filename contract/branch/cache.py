@@ -13,23 +13,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from contract.core.output import OutputError, write_atomic
 from contract.core.trace import TraceError, loads
+from contract.real.installed import cache_root as root  # shared with the environments (envs/)
 
 SCHEMA = "cudagraph-contract.base-observations"
 PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def root() -> Path:
-    """``$CUDAGRAPH_CONTRACT_CACHE``, else ``$XDG_CACHE_HOME/cudagraph-contract``, else
-    ``~/.cache/cudagraph-contract``."""
-    if os.environ.get("CUDAGRAPH_CONTRACT_CACHE"):
-        return Path(os.environ["CUDAGRAPH_CONTRACT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cudagraph-contract"
 
 
 # The code that decides the corpus and what a replay observes.

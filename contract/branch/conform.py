@@ -30,9 +30,9 @@ from contract.core.properties import check
 from contract.core.trace import Trace
 from contract.real import corpus as corpus_mod
 from contract.real import judge
+from contract.real.installed import EnvironmentProblem, import_root
 
 SAMPLE_EVERY = 10
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class ObserveProblem(Exception):
@@ -43,7 +43,11 @@ def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None
             what: str) -> dict:
     """The traces replayed in ``python``'s vLLM (with ``tree``'s modules on top), by a child process
     whose only way to report is its validated result."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    try:
+        root = import_root()
+    except EnvironmentProblem as exc:
+        raise ObserveProblem(str(exc)) from None
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
                VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
     payload = {"runner": family.name, "traces": [t.to_json() for t in traces],
                "tree": str(tree) if tree is not None else None}

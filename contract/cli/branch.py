@@ -18,7 +18,7 @@ from contract.cli.common import checked_base, fail, load_tree, new_folder, resol
 from contract.core.output import OutputError, check_folder, transaction
 from contract.core.trace import TraceError, load
 from contract.families import by_runner, load_policy
-from contract.real.installed import EnvironmentProblem, environment, release
+from contract.real.installed import EnvironmentProblem, environment, missing, release
 
 MAX_CHANGES = 20
 COMMITTED_REPORTS = Path(__file__).resolve().parents[2] / "reports"
@@ -51,10 +51,9 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
         fail(f"--base {base}: conform --vllm-src compares the tree's code with a release's; pass --base auto or a "
              "release (0.34.0)")
     family = by_runner(tree.policy.runner)
-    python = environment(COMMITTED_REPORTS.parent, chosen.release)
+    python = environment(chosen.release)
     if not python.exists():
-        fail(f"no environment for vLLM {chosen.release}: {python.parent.parent} does not exist (make it with "
-             f"conformance-env/make-env.sh {chosen.release} {python.parent.parent})")
+        fail(missing(chosen.release))
     if reports is None:
         reports = new_folder(Path("cudagraph-contract-branch"))
     elif reports.resolve() == COMMITTED_REPORTS.resolve():

@@ -17,16 +17,18 @@ import typer
 
 from contract.cli.common import fail
 from contract.core.child import DEFAULT_TIMEOUT_S
+from contract.real.installed import checkout
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_REPORTS = ROOT / "reports"
+CHECKOUT = checkout()  # None for an installed wheel: no tests/traces, no committed reports/
+ROOT = CHECKOUT or Path(__file__).resolve().parents[2]
+DEFAULT_REPORTS = ROOT / "reports" if CHECKOUT else Path("reports")
 CORPORA = ("full", "covering", "none")
 RUNNERS = ("auto", "mrv1", "mrv2")
 
 
 def _delegate(vllm: str, argv: list[str]) -> None:
     """Re-run this command under another interpreter: ``.venv-vllm-VERSION`` or a venv/python path."""
-    from contract.real.installed import environment
+    from contract.real.installed import EnvironmentProblem, environment, import_root, missing
 
     target = Path(vllm)
     if target.is_dir():
@@ -34,13 +36,15 @@ def _delegate(vllm: str, argv: list[str]) -> None:
     elif target.is_file():
         python = target
     else:
-        python = environment(ROOT, vllm)
+        python = environment(vllm)
         if not python.exists():
-            fail(f"no environment for vLLM {vllm}: {python.parent.parent} does not exist "
-                  f"(make it with conformance-env/make-env.sh {vllm} {python.parent.parent})")
+            fail(missing(vllm))
     if not python.exists():
         fail(f"--vllm {vllm}: no Python interpreter at {python}")
-    _run_under(python, [str(ROOT)], argv)
+    try:
+        _run_under(python, [str(import_root())], argv)
+    except EnvironmentProblem as exc:
+        fail(str(exc))
 
 
 def _run_under(python: Path, path: list[str], argv: list[str]) -> None:
@@ -67,7 +71,7 @@ def _trace_paths(traces: list[Path] | None) -> list[Path]:
     from contract.real.corpus import file_traces
 
     if not traces:
-        return file_traces(ROOT)
+        return file_traces(ROOT) if CHECKOUT else []
     out: list[Path] = []
     for t in traces:
         if t.is_dir():
@@ -81,7 +85,7 @@ def _trace_paths(traces: list[Path] | None) -> list[Path]:
 
 def conform(
     vllm: str = typer.Option("auto", "--vllm", help="auto: the vLLM installed with this Python. A version "
-                             "(0.30.0) re-runs under .venv-vllm-VERSION; a venv folder or python path re-runs there."),
+                             "(0.30.0) re-runs in its environment (cudagraph-contract env list); a venv folder or python path re-runs there."),
     traces: Optional[list[Path]] = typer.Option(
         None, "--traces",
         help="A trace file or folder; repeatable. Default: tests/traces, the traces under reports/, and the "
@@ -89,7 +93,8 @@ def conform(
     corpus: Optional[str] = typer.Option(None, "--corpus", help="Generated traces replayed: full (every scenario of "
                                          "the runner; the default for a release), covering (one trace per new "
                                          "observation cell; the default with --vllm-src) or none."),
-    reports: Path = typer.Option(DEFAULT_REPORTS, "--reports", help="Writes conformance/vllm-<version>.md/.json "
+    reports: Path = typer.Option(DEFAULT_REPORTS, "--reports", show_default="the checkout's reports/" if CHECKOUT
+                                 else "reports/ in the current folder", help="Writes conformance/vllm-<version>.md/.json "
                                  "and findings.md here."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     device: str = typer.Option("cpu-sim", "--device", help="cpu-sim: simulated CUDA graphs on CPU. cuda: real "

@@ -28,9 +28,8 @@ from contract.core.properties import check
 from contract.core.trace import TraceError, load
 from contract.families import by_runner, load_policy
 from contract.real import judge
-from contract.real.installed import EnvironmentProblem, environment, package_of, release, shared_environment
+from contract.real.installed import EnvironmentProblem, environment, missing, package_of, release, shared_environment
 
-ROOT = Path(__file__).resolve().parents[2]
 CORPORA = ("witnesses", "covering", "full")
 
 
@@ -69,10 +68,9 @@ def fix_check(
         witnesses = [load(w) for w in cause.witnesses] if cause else []
     except (FixCheckError, TraceError) as exc:
         fail(str(exc))
-    python, shared, pkg = environment(ROOT, version), shared_environment(ROOT), package_of(version)
+    python, shared, pkg = environment(version), shared_environment(), package_of(version)
     if pkg is None or not python.exists() or not shared.exists():
-        fail(f"no environment for vLLM {version}: make it with conformance-env/make-env.sh {version} "
-             f".venv-vllm-{version}")
+        fail(missing(version))
     reports = reports or new_folder(Path("cudagraph-contract-fix-check"))
     try:
         check_folder(reports, "--reports")

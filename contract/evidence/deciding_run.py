@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from contract.core import child
-from contract.real.installed import environment
+from contract.real.installed import environment, import_root, missing
 from contract.families import policy_for
 from contract.evidence import deciding, since
 from contract.core.events import describe_event
@@ -37,7 +37,7 @@ class Problem(Exception):
 
 def replay(python: Path, trace: Trace, tree: Path | None) -> dict:
     """The trace replayed with line tracing in ``python``'s vLLM (``contract/evidence/traced.py``)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(import_root()), os.environ.get("PYTHONPATH")])),
                VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
     started = time.perf_counter()
     try:
@@ -75,9 +75,9 @@ def run(trace_path: Path, version: str, neighbour_path: Path | None = None, tree
     except TraceError as exc:
         raise Problem(str(exc)) from None
     runner = witness.scenario.runner.name.lower()
-    python = environment(ROOT, version)
+    python = environment(version)
     if not python.exists():
-        raise Problem(f"no environment for vLLM {version}: {python} is missing")
+        raise Problem(missing(version))
     policy = load_policy(policy_for(version, runner))
     timings: dict[str, float] = {}
     found = deciding.violation(witness.scenario, witness.events, policy)

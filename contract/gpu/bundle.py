@@ -4,7 +4,7 @@
 run with the Python of a ``.venv-vllm-<version>`` environment, writes into ``DIR``:
 
 - ``vllm-<version>.tar.gz``: every ``.py`` file of the installed ``vllm`` package and its ``dist-info``;
-- ``site.tar.gz``: the pure-Python distributions of ``conformance-env/constraints.txt`` plus the
+- ``site.tar.gz``: the pure-Python distributions of ``contract/real/constraints.txt`` plus the
   CLI's (typer, rich, ...), each without the members its RECORD places outside site-packages
   (console scripts, man pages: ``../../../bin/...``, which tar refuses to unpack);
 - ``wheels/``: the wheels, for the target Python, of every compiled distribution the replay
@@ -53,7 +53,7 @@ def machine_packages(path: Path) -> set[str]:
 
 def wanted_distributions() -> list[str]:
     names = [re.split("[=<>]", line.strip())[0]
-             for line in (ROOT / "conformance-env" / "constraints.txt").read_text().splitlines()
+             for line in (Path(__file__).resolve().parents[1] / "real" / "constraints.txt").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
     return names + list(CLI_DISTRIBUTIONS)
 

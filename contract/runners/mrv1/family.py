@@ -28,7 +28,9 @@ FAMILY = Family(
     conform=conform.run,
     session=conform.session,
     descriptor_from_json=lambda data, mode: BatchDescriptor.from_json(data),
-    replays=replay.MODULES,
+    # What the replay imports first, and the modules those call into that the replay's decision paths
+    # cite (graph_capture, ubatch_utils.maybe_create_ubatch_slices): their code runs too.
+    replays=replay.MODULES + ("vllm.distributed.parallel_state", "vllm.v1.worker.ubatch_utils"),
     markers=(branch.RUNNER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,

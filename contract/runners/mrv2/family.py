@@ -36,7 +36,9 @@ FAMILY = Family(
     conform=conform.run,
     session=conform.session,
     descriptor_from_json=descriptor_from_json,
-    replays=MODULES + (SPECULATORS,),
+    # What the replay imports first, its speculators, and the modules those call into that the
+    # replay's decision paths cite (graph_capture, get_uniform_decode_token_count): their code runs too.
+    replays=MODULES + (SPECULATORS, "vllm.distributed.parallel_state", "vllm.v1.worker.utils"),
     markers=(branch.MANAGER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,

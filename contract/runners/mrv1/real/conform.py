@@ -62,7 +62,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
         session = Session()
     except ModuleNotFoundError as exc:
         raise ReplayProblem(f"vLLM {version} needs the module {exc.name or exc}, which this environment lacks; "
-                            f"complete it with conformance-env/make-env.sh {version} {sys.prefix}") from None
+                            f"complete it with cudagraph-contract env make {version} --dir {sys.prefix}") from None
     except Exception as exc:  # noqa: BLE001 - any failure to start is an environment problem
         raise ReplayProblem(f"vLLM {version}'s code does not start on this machine: {first_line(exc)}") from None
     revision = session.block.revision

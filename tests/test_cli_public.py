@@ -1,0 +1,146 @@
+"""The command line on typer's and click's public API: ``--version``, ``-h``, plain option types and
+defaults in help, usage errors in one line, and a reader that closes standard output early. Run once
+more by ``make test`` with the lowest versions ``pyproject.toml`` allows (``.venv-lowest``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contract.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests" / "traces" / "lead3-drafter-capture-outside-window.json"
+COMMANDS = ("verify", "replay", "explore", "report", "conform", "env", "env make", "env list", "env path")
+
+
+class Done:
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """The entry point in this process (``contract.cli.main``), as a shell would call it."""
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("TERM", "dumb")
+
+    def run(*args, cwd=None) -> Done:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stop:
+            main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return Done(stop.value.code, captured.out, captured.err)
+    return run
+
+
+def test_version(cli):
+    import importlib.metadata
+
+    done = cli("--version")
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout == f"cudagraph-contract {importlib.metadata.version('cudagraph-contract')}\n"
+
+
+@pytest.mark.parametrize("command", ("",) + COMMANDS)
+def test_short_help_is_the_help(command, cli):
+    argv = command.split()
+    short, long = cli(*argv, "-h"), cli(*argv, "--help")
+    assert short.returncode == long.returncode == 0, short.stderr
+    assert short.stdout == long.stdout and "Usage" in short.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_option_types_plainly_and_no_absolute_default(command, tmp_path, cli):
+    out = cli(*command.split(), "--help", cwd=tmp_path).stdout
+    assert not re.search(r"<(str|int|float|bool|path|list\[.*?\])>\s", out.split("Options")[-1]), out
+    assert "[default: /" not in out and "site-packages" not in out, out
+
+
+def test_option_types_are_named_as_click_names_them(cli):
+    out = cli("conform", "--help").stdout
+    for option, kind in (("--reports", "PATH"), ("--vllm", "TEXT"), ("--timeout", "FLOAT"), ("--traces", "PATH")):
+        assert re.search(rf"{option}\s+{kind}\b", out), (option, out)
+    assert re.search(r"--depth\s+INTEGER\b", cli("explore", "--help").stdout)
+    assert re.search(r"--json\s+Print", out), out  # a flag has no type
+    assert "(the checkout's reports/)" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["verfy"], "No such command 'verfy'"),
+    (["env", "mk"], "No such command 'mk'"),
+    (["explore", "--depth", "0"], "Invalid value for '--depth'"),
+    (["verify", "--seed", "seven"], "Invalid value for '--seed'"),
+    (["verify", "--no-such-option"], "--no-such-option"),
+    (["replay"], "Missing argument"),
+    (["env", "make"], "Missing argument"),
+])
+def test_usage_errors_are_one_line_and_exit_2(argv, needle, cli):
+    done = cli(*argv)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], done.stderr
+    assert done.stdout == ""
+
+
+def test_no_arguments_prints_the_help_and_exits_2(cli):
+    done = cli()
+    assert done.returncode == 2 and "Usage" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_the_package_uses_no_private_typer_or_click_module():
+    for path in (ROOT / "contract").rglob("*.py"):
+        text = path.read_text()
+        assert "typer._" not in text and "click._" not in text, path
+
+
+CLOSED = [
+    ["replay", TRACE],
+    ["replay", TRACE, "--json"],
+    ["verify", "--policy", "vllm_0_30", "--profile", "dev", "--json"],  # the Hypothesis machine runs
+    ["explore", "--policy", "vllm_0_30", "--depth", "4"],
+    ["--help"],
+    ["--version"],
+    ["env", "list"],
+]
+
+
+@pytest.mark.parametrize("argv", CLOSED, ids=lambda a: " ".join(map(str, a[:2])))
+def test_a_closed_stdout_is_not_a_counterexample(argv):
+    """Through a real pipe whose reader is gone before the first write: 141 (a shell's code for a
+    writer stopped by SIGPIPE), never 1, no traceback."""
+    read, write = os.pipe()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "contract.cli", *map(str, argv)], cwd=ROOT, env=env,
+                            stdout=write, stderr=subprocess.PIPE)
+    os.close(write)
+    os.close(read)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 141, (proc.returncode, err)
+    assert b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+def test_head_reads_what_it_wants_and_the_command_does_not_fail():
+    """``replay TRACE | head -c 10``: the reader takes ten bytes and goes; 0 or 141, never 1."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv in (f"replay {TRACE}", f"replay {TRACE} --json", "explore --policy vllm_0_30 --depth 4 --json"):
+        done = subprocess.run(["bash", "-c", f"{sys.executable} -m contract.cli {argv} | head -c 10; "
+                               "echo; echo rc=${PIPESTATUS[0]}"], cwd=ROOT, env=env, capture_output=True,
+                              timeout=300)
+        out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+        rc = int(out.strip().splitlines()[-1].split("=")[1])
+        assert rc in (0, 141), (argv, rc, err)
+        assert len(done.stdout.splitlines()[0]) <= 10 and "Traceback" not in err, err
+
+
+def test_an_open_stdout_keeps_the_verdict(cli):
+    """The control: with the reader there, a counterexample is still exit 1."""
+    done = cli("replay", TRACE, "--policy", "pr56312_draft")
+    assert done.returncode == 1 and done.stdout
