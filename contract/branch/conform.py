@@ -22,7 +22,7 @@ from pathlib import Path
 
 from contract.branch import cache
 from contract.branch.review import Review
-from contract.core import child
+from contract.core import child, progress
 from contract.core.classes import Occurrence, Signature, classes_from, signatures
 from contract.core.differential import Differential
 from contract.core.family import Family
@@ -51,9 +51,11 @@ def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None
                VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
     payload = {"runner": family.name, "traces": [t.to_json() for t in traces],
                "tree": str(tree) if tree is not None else None}
+    progress.stage("traces", len(traces), what)
     try:
-        outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,
-                            python=python, env=env)
+        with progress.relayed() as reporting:  # the child counts the traces it replayed
+            outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,
+                                python=python, env=env | reporting)
     except child.ChildProblem as exc:
         raise ObserveProblem(str(exc)) from None
     data = outcome.value
@@ -69,6 +71,7 @@ def corpus(family: Family, release_policy, tree, kind: str, version: str) -> lis
     entry = f"{cache.key(version, family.name)}-{kind}"
     chosen = cache.load_corpus(entry)
     if chosen is None:
+        progress.stage("", None, f"choosing the {kind} traces of vLLM {version}")
         traces = family.corpus(release_policy)
         chosen = corpus_mod.select(traces) if kind == "covering" else list(traces)
         cache.store_corpus(entry, chosen)

@@ -20,6 +20,7 @@ def observe(payload: dict) -> dict:
         from contract.real import overlay
 
         finder = overlay.install(Path(payload["tree"]))
+    from contract.core import progress
     from contract.core.trace import loads
     from contract.families import by_name
     from contract.real.decisions import WHERE
@@ -34,8 +35,10 @@ def observe(payload: dict) -> dict:
             if type(exc).__name__ != "CannotBuild":
                 raise
             observations.append({"name": trace.name, "cannot_build": str(exc).splitlines()[0]})
+            progress.advance()
             continue
         log = getattr(session, "decisions", None)
         observations.append({"name": trace.name, "steps": steps, "path": list(log.path) if log is not None else []})
+        progress.advance()
     return {"vllm": session.version, "tree_modules": sorted(finder.taken) if finder else [],
             "observations": observations, "where": dict(sorted(WHERE.items()))}

@@ -15,7 +15,7 @@ from rich.console import Console
 from contract.branch import conform as branch_conform
 from contract.branch.review import CONFORM, review
 from contract.cli.common import checked_base, fail, load_tree, new_folder, resolve_base
-from contract.core.output import OutputError, check_folder, transaction
+from contract.core.output import OutputError, check_folder, publish
 from contract.core.trace import TraceError, load
 from contract.families import by_runner, load_policy
 from contract.real.installed import EnvironmentProblem, environment, missing, release
@@ -73,9 +73,12 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
     say = Console(stderr=as_json, highlight=False, soft_wrap=True)
     for line in r.lines(CONFORM):
         say.print(line, markup=False)
+    from contract.cli.progress import shown
+
     try:
         release_policy = load_policy(family.release_policy(release(chosen.release)))
-        run = branch_conform.run(r, family, release_policy, python, chosen.release, corpus, timeout, given)
+        with shown("conform"):
+            run = branch_conform.run(r, family, release_policy, python, chosen.release, corpus, timeout, given)
     except (branch_conform.ObserveProblem, EnvironmentProblem) as exc:
         fail(str(exc))
     say.print(f"replayed {len(run.traces)} traces on vLLM {run.version} and on {tree.tree} ({run.selection.why}; the "
@@ -84,8 +87,8 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
     from contract.reports import branch as branch_report
 
     try:
-        with transaction():
-            index = branch_report.write(reports, run)
+        with publish(reports) as folder:
+            index = reports / branch_report.write(folder, run).relative_to(folder)
     except OutputError as exc:
         fail(str(exc))
     if as_json:

@@ -60,13 +60,19 @@ def check_out(folder: Path | None, option: str = "--out") -> None:
 
 
 @contextmanager
-def writing():
-    """The command's files land together or not at all; a failure to write is one line."""
-    from contract.core.output import transaction
+def writing(folder: Path | None = None):
+    """The command's files land together or not at all; a failure to write is one line. With
+    ``folder``, yields the stage to write the folder's new content into, published as a whole
+    (``contract.core.output.publish``); without, files are renamed together at the end."""
+    from contract.core.output import publish, transaction
 
     try:
-        with transaction():
-            yield
+        if folder is None:
+            with transaction():
+                yield None
+        else:
+            with publish(folder) as stage:
+                yield stage
     except OutputError as exc:
         fail(str(exc))
 
@@ -152,25 +158,24 @@ def new_folder(stem: Path) -> Path:
 
 
 class progress:
-    """A rich progress bar on a terminal; nothing otherwise (output stays byte-stable in CI)."""
+    """``total`` items of ``unit`` done by ``command``, shown on stderr (a progress bar on a
+    terminal, a line a minute otherwise: ``contract/cli/progress.py``); yields the function that
+    counts one done."""
 
-    def __init__(self, total: int, what: str, quiet: bool):
-        self.total, self.what, self.quiet = total, what, quiet or not err.is_terminal
+    def __init__(self, total: int, unit: str, quiet: bool, command: str = ""):
+        self.total, self.unit, self.quiet, self.command = total, unit, quiet, command or unit
 
     def __enter__(self):
-        if self.quiet:
-            return lambda: None
-        from rich.progress import Progress
+        from contract.cli.progress import shown
+        from contract.core import progress as core_progress
 
-        self.bar = Progress(console=err, transient=True)
-        self.bar.__enter__()
-        task = self.bar.add_task(self.what, total=self.total)
-        return lambda: self.bar.advance(task)
+        self.shown = shown(self.command, self.quiet)
+        self.shown.__enter__()
+        core_progress.stage(self.unit, self.total)
+        return core_progress.advance
 
     def __exit__(self, *exc):
-        if not self.quiet:
-            self.bar.__exit__(*exc)
-        return False
+        return self.shown.__exit__(*exc)
 
 
 def checked_base(base: str | None) -> str | None:

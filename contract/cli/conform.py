@@ -184,10 +184,12 @@ def conform(
             files.append((trace, str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)))
         except (TraceError, PolicyError) as exc:
             fail(str(exc))
+    from contract.cli.progress import shown
     from contract.real.run import ReplayProblem
 
     try:
-        run = family.conform(version, policy, files, corpus if not traces else "none")
+        with shown("conform"):
+            run = family.conform(version, policy, files, corpus if not traces else "none")
     except ReplayProblem as exc:
         fail(str(exc))
     from contract.reports import conformance as report
@@ -196,8 +198,11 @@ def conform(
     if device == "cuda":
         device_mod.reconcile(run)
         checks = device_mod.CHECKS.summary()
-    try:  # not one transaction: findings.md is built from the conformance/*.json just written
-        md = report.write(run, Path(reports))
+    from contract.core.output import publish
+
+    try:  # findings.md is built from the conformance/*.json just written into the stage
+        with publish(reports) as folder:
+            md = Path(reports) / report.write(run, folder).relative_to(folder)
     except OutputError as exc:
         fail(str(exc))
     summary = {**run.summary(), "device": device}

@@ -47,7 +47,7 @@ def explore(
     policies = parse_policies(policy)
     check_out(out_dir)
     results = []
-    with progress(len(policies), "exploring", quiet or as_json) as advance:
+    with progress(len(policies), "policies", quiet, "explore") as advance:
         for p in policies:
             results.append(run_explore(p, depth, classify=True))
             advance()
@@ -56,16 +56,16 @@ def explore(
     from contract.core.expected import expected_holds
 
     unexpected = []
-    with writing():
+    with writing(out_dir) as folder:
         for p, r in zip(policies, results):
             for pid in PROPERTIES:
                 want = expected_holds(p.name, pid)
                 if (want is None and not r.holds(pid)) or (want is not None and want != r.holds(pid)):
                     unexpected.append((p.name, pid))
-                if out_dir is not None and not r.holds(pid):
-                    write_atomic(out_dir / f"{p.name}-{pid}.json", r.counterexamples[pid].dumps())
-        if out_dir is not None:
-            write_class_traces(out_dir, results, differentials)
+                if folder is not None and not r.holds(pid):
+                    write_atomic(folder / f"{p.name}-{pid}.json", r.counterexamples[pid].dumps())
+        if folder is not None:
+            write_class_traces(folder, results, differentials)
     if as_json:
         from contract.cli.diffview import differential_json
 

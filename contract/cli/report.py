@@ -91,7 +91,7 @@ def report(
         fail(f"--out {out_dir} is the project's committed reports/; write a branch's report elsewhere (omit --out)")
     check_out(out_dir)
     results = []
-    with progress(len(policies), "verifying", quiet) as advance:
+    with progress(len(policies), "policies", quiet, "report") as advance:
         for p in policies:
             cells: set = set()
             verdicts = verify_policy(p, settings, seed, cells=cells)
@@ -100,8 +100,8 @@ def report(
     differentials = base_differentials(policies, base, {r.policy.name: r.exploration for r in results}, tree,
                                        None if quiet else out, resolved)
     by_name = {p.name: p for p in policies}
-    with writing():
-        write(out_dir, results, committed if users else None,
+    with writing(out_dir) as folder:
+        write(folder, results, committed if users else None,
               {name: (d, chosen, by_name[name], (resolved.get(name) or resolve_base(base, by_name[name], tree)).policy)
                for name, (d, chosen) in differentials.items()})
     unexpected = [(r.policy.name, pid) for r in results for pid, v in r.verdicts.items()

@@ -101,7 +101,7 @@ def verify(
     from contract.core.explore import explore as run_explore
 
     results, coverage, explored = {}, {}, {}
-    with progress(len(policies), "verifying", quiet or as_json) as advance:
+    with progress(len(policies), "policies", quiet, "verify") as advance:
         for p in policies:
             cells: set = set()
             results[p.name] = verify_policy(p, settings, seed, cells=cells)
@@ -113,12 +113,12 @@ def verify(
                                        None if quiet else (err if as_json else out), resolved)
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
-        with writing():
+        with writing(out_dir) as folder:
             for verdicts in results.values():
                 for v in verdicts.values():
                     if v.trace is not None:
-                        write_atomic(out_dir / f"{v.policy}-{v.property}.json", v.trace.dumps())
-            write_class_traces(out_dir, explored.values(), differentials)
+                        write_atomic(folder / f"{v.policy}-{v.property}.json", v.trace.dumps())
+            write_class_traces(folder, explored.values(), differentials)
     if as_json:
         from contract.cli.diffview import differential_json
         from contract.core.classes import of_trace

@@ -34,7 +34,19 @@ def step_outcome(r: StepRecord) -> list[str]:
     return lines
 
 
-def steps_table(records: list[StepRecord], violations: list[Violation]) -> Table:
+def shown_steps(count: int, marked: list[int], limit: int) -> list[int]:
+    """At most ``limit`` of ``count`` steps: the first, the last, and the ``marked`` ones (violating,
+    differing from the recording) in order as far as the limit allows."""
+    if count <= limit:
+        return list(range(count))
+    ends = {0, count - 1}
+    middle = [i for i in sorted(set(marked)) if i not in ends][: max(limit - len(ends), 0)]
+    return sorted(ends | set(middle))
+
+
+def steps_table(records: list[StepRecord], violations: list[Violation], only: list[int] | None = None) -> Table:
+    """One row per step; with ``only`` (sorted indices), those steps and a row saying how many are
+    left out between them."""
     by_step: dict[int, list[Violation]] = {}
     for v in violations:
         by_step.setdefault(v.step, []).append(v)
@@ -43,11 +55,20 @@ def steps_table(records: list[StepRecord], violations: list[Violation]) -> Table
     table.add_column("event")
     table.add_column("what happened")
     table.add_column("violations")
-    for r in records:
+    previous = -1
+    for i in (range(len(records)) if only is None else only):
+        if i - previous > 1:
+            gap = i - previous - 1
+            table.add_row("…", "", f"[dim]{gap:,} step{'s' if gap != 1 else ''} not shown[/]", "")
+        previous = i
+        r = records[i]
         table.add_row(
             str(r.index),
             describe_event(r.event),
             "\n".join(step_outcome(r)) or "-",
             "\n".join(f"[red]{v.property}[/]: {v.message}" for v in by_step.get(r.index, [])) or "",
         )
+    if only is not None and len(records) - 1 > previous:
+        gap = len(records) - 1 - previous
+        table.add_row("…", "", f"[dim]{gap:,} step{'s' if gap != 1 else ''} not shown[/]", "")
     return table

@@ -76,6 +76,7 @@ class Replay:
     records: list
     violations: list[Violation]
     mismatches: list[str]
+    mismatched_steps: list[int] = field(default_factory=list)  # the steps whose observation differs
 
     @property
     def agrees(self) -> bool:
@@ -113,15 +114,14 @@ def replay(trace: Trace, policy: Policy) -> Replay:
     """The trace's events run again under ``policy`` (``contract.families.for_trace`` says which
     policy a trace may run under), compared with what it recorded."""
     run, violations = run_events(trace.scenario, policy, trace.events)
-    got_steps = [r.to_json() for r in run.records]
-    mismatches = []
-    if trace.expected_steps:
-        for i, (want, got) in enumerate(zip(trace.expected_steps, got_steps)):
-            if want != got:
-                mismatches.append(f"step {i} ({trace.events[i].kind}) differs from the recorded observation")
+    mismatches, steps = [], []
+    for i, (want, r) in enumerate(zip(trace.expected_steps, run.records)):
+        if want != r.to_json():
+            steps.append(i)
+            mismatches.append(f"step {i} ({trace.events[i].kind}) differs from the recorded observation")
     if [v.to_json() for v in violations] != trace.expected_violations:
         mismatches.append("the violations differ from the recorded ones")
-    return Replay(run.records, violations, mismatches)
+    return Replay(run.records, violations, mismatches, steps)
 
 
 def loads(text: str, source: str = "<trace>") -> Trace:

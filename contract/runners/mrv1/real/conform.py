@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 
+from contract.core import progress
 from contract.real import corpus as corpus_mod
 from contract.real.compare import compare, predict
 from contract.real.errors import first_line
@@ -73,18 +74,25 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
                "revision": revision[0] if revision else None, "policy": revision[1] if revision else None},
         corpus=corpus,
     )
+    progress.stage("trace files", len(files), f"vLLM {session.version}")
     for trace, source in files:
         result = _compare(session, trace, policy, source)
         out.results.append(result)
         if trace.policy == policy.name and result.violations:
             out.findings.append(finding(result, policy.name, result.violations, trace.scenario.ubatching))
+        progress.advance()
     if corpus != "none":
         traces = generated(policy)
         if corpus == "covering":
-            traces = iter(corpus_mod.select(traces))
+            progress.stage("", None, "choosing the covering traces")
+            chosen = corpus_mod.select(traces)
+            traces, total = iter(chosen), len(chosen)
             # Held until replayed: out of reach of the collections vLLM 0.29.0's breakable capture
             # runs per capture (breakable_cudagraph.py:375), which would otherwise walk them all.
             gc.freeze()
+        else:
+            total = sum(1 for _ in scenarios())  # one generated trace per scenario
+        progress.stage("generated traces", total, f"vLLM {session.version}")
         counts: Counter = Counter()
         for trace in traces:
             result = _compare(session, trace, policy, trace.name)
@@ -94,6 +102,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
             counts.update({v["property"] for v in result.violations})
             if result.diffs:
                 out.generated_diffs.append(result)
+            progress.advance()
         out.generated["violations"] = dict(sorted(counts.items()))
     out.decisions = session.decisions.to_json()
     out.mirrored = session.mirrored()

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import replace
 from collections.abc import Iterator
 
+from contract.core import progress
 from contract.real import corpus as corpus_mod
 from contract.real.compare import TraceResult, compare, predict
 from contract.real.errors import first_line
@@ -98,15 +99,22 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
                "blocks": session.blocks.where(), "digests": session.blocks.digests()},
         corpus=corpus,
     )
+    progress.stage("trace files", len(replayable), f"vLLM {session.version}")
     for trace, source in replayable:
         result = _compare(session, trace, policy, source)
         out.results.append(result)
         if trace.policy == policy.name and result.violations:
             out.findings.append(finding(result, policy.name, result.violations))
+        progress.advance()
     if corpus != "none":
         traces = generated(policy)
         if corpus == "covering":
-            traces = iter(corpus_mod.select(traces))
+            progress.stage("", None, "choosing the covering traces")
+            chosen = corpus_mod.select(traces)
+            traces, total = iter(chosen), len(chosen)
+        else:
+            total = sum(1 for _ in scenarios(policy))  # one generated trace per scenario
+        progress.stage("generated traces", total, f"vLLM {session.version}")
         counts: Counter = Counter()
         for trace in traces:
             result = _compare(session, trace, policy, trace.name)
@@ -116,6 +124,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
             counts.update({v["property"] for v in result.violations})
             if result.diffs:
                 out.generated_diffs.append(result)
+            progress.advance()
         out.generated["violations"] = dict(sorted(counts.items()))
     from contract.real.decisions import WHERE
     from contract.runners.mrv2.real import decision_points
