@@ -43,7 +43,7 @@ class RootCause:
             data = json.loads((folder / "fix.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise FixCheckError(f"--root-cause {folder}: no readable fix.json ({exc})") from None
-        test = folder / data["test"] if data.get("test") else None
+        test = folder.resolve() / data["test"] if data.get("test") else None
         witnesses = tuple(ROOT / w for w in data.get("witnesses", []))
         missing = [str(w) for w in witnesses if not w.is_file()]
         if missing:

@@ -16,7 +16,13 @@ from rich.console import Console
 
 from contract.branch import base as base_mod
 from contract.branch import conform as branch_conform
-from contract.branch.fixcheck import FixCheckError, RootCause, Verdict, patched_copy, run_test
+from contract.branch.fixcheck import (
+    FixCheckError,
+    RootCause,
+    Verdict,
+    patched_copy,
+    run_test,
+)
 from contract.branch.review import review
 from contract.cli.common import RUNNER_OPTION, checked_base, fail, load_tree, new_folder
 from contract.core.child import DEFAULT_TIMEOUT_S
@@ -28,7 +34,15 @@ from contract.core.properties import check
 from contract.core.trace import TraceError, load
 from contract.families import by_runner, load_policy
 from contract.real import judge
-from contract.real.installed import EnvironmentProblem, environment, missing, package_of, release, shared_environment
+from contract.real.installed import (
+    EnvironmentProblem,
+    environment,
+    missing,
+    package_of,
+    release,
+    shared_environment,
+)
+from contract.reports import branch as branch_report
 
 CORPORA = ("witnesses", "covering", "full")
 
@@ -82,6 +96,9 @@ def fix_check(
             tree_root = patched_copy(pkg, patch, Path(tmp))
         except FixCheckError as exc:
             fail(str(exc))
+        runners = {w.scenario.runner.value.lower() for w in witnesses}
+        if runner == "auto" and len(runners) == 1:  # the root cause's runner: 0.33.0 holds both
+            runner = runners.pop()
         tree = load_tree(tree_root, runner)
         family = by_runner(tree.policy.runner)
         try:
@@ -136,8 +153,6 @@ def fix_check(
                 verdict.accepted = False
                 verdict.reasons.append(f"its unit test does not pass with the patch ({after.outcome}): "
                                        + after.tail.splitlines()[-1] if after.tail else "")
-        from contract.reports import branch as branch_report
-
         try:
             with transaction():
                 index = branch_report.write(reports, run)
