@@ -5,7 +5,7 @@ VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
-.PHONY: verify test test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all clean
+.PHONY: verify test test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all findings clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -73,13 +73,31 @@ gpu-rehearsal-mrv2:
 # from the new reports/conformance/.
 ALL_VLLM_VERSIONS := 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0
 
+# Each release with its default runner, and 0.33.0 (the one release with both) with Model Runner V1 too.
+ALL_REPLAYS := $(foreach v,$(ALL_VLLM_VERSIONS),$(v):auto) 0.33.0:mrv1
+
 conformance-all: $(VENV)/.installed
 	-$(MAKE) -k $(foreach v,$(ALL_VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
-	@for v in $(ALL_VLLM_VERSIONS); do \
-	  $(VENV)/bin/cudagraph-contract conform --vllm $$v --corpus full; rc=$$?; \
-	  [ $$rc -le 1 ] || echo "conformance-all: vLLM $$v not replayed (exit $$rc)"; \
+	@for spec in $(ALL_REPLAYS); do \
+	  v=$${spec%%:*}; r=$${spec##*:}; \
+	  $(VENV)/bin/cudagraph-contract conform --vllm $$v --runner $$r --corpus full; rc=$$?; \
+	  [ $$rc -le 1 ] || echo "conformance-all: vLLM $$v ($$r) not replayed (exit $$rc)"; \
 	done
+	$(MAKE) findings
 	$(MAKE) verify
+
+# Not in CI: the deciding lines of every confirmed finding, one child per replayed release tracing
+# all its witnesses and their neighbours (reports/conformance/deciding/), then findings.md and the
+# root-cause pages (reports/root-causes/), which render from those files alone.
+FINDINGS_REPLAYS := 0.28.0:mrv1 0.29.0:mrv1 0.30.0:mrv1 0.31.0:mrv1 0.32.0:mrv1 0.33.0:mrv1 0.33.0:mrv2 0.34.0:mrv2
+
+findings: $(VENV)/.installed
+	@for spec in $(FINDINGS_REPLAYS); do \
+	  v=$${spec%%:*}; r=$${spec##*:}; \
+	  [ -f reports/conformance/vllm-$$v$$([ $$r = mrv2 ] && echo -mrv2).json ] || continue; \
+	  $(VENV)/bin/python -m contract.evidence.deciding_batch --vllm $$v --runner $$r || exit 1; \
+	done
+	$(VENV)/bin/python -m contract.reports.root_causes
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache

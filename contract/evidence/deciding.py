@@ -331,8 +331,10 @@ def crash_chain(witness: dict, step: int) -> list[Deciding]:
             for i, e in enumerate(witness.get("crash") or [])]
 
 
-def deciding(witness: dict, neighbour: dict, step: int, fields: tuple[str, ...], limit: int = LIMIT) -> list[Deciding]:
-    """The ranked deciding statements (module docstring) of two ``trace_lines`` results."""
+def deciding(witness: dict, neighbour: dict, step: int, fields: tuple[str, ...],
+             limit: int | None = LIMIT) -> list[Deciding]:
+    """The ranked deciding statements (module docstring) of two ``trace_lines`` results; ``limit``
+    None keeps them all."""
     out = crash_chain(witness, step)
     crash_keys = {(d.path, d.lines[0]) for d in out}
     found = [d for d in differences(witness, neighbour, step, fields) if (d.path, d.lines[0]) not in crash_keys]

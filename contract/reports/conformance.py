@@ -15,15 +15,6 @@ from contract.real.run import ConformanceRun
 from contract.real.decisions import HARNESS, VLLM, share
 from contract.core.output import write_atomic
 
-# The three (reading) rows of the capturer table (docs/capturer-table.md) the model turned into
-# counterexamples.
-LEADS = {
-    "lead1": "capturer table, target row U on, B on: a PIECEWISE dispatch reaches no capturer (eager)",
-    "lead2": "capturer table, target row compiled under L=FULL, R-mode F&P: PIECEWISE has no capturer (eager)",
-    "lead3": "capturer table, drafter row R-mode FULL, B on: the first runtime drafter PIECEWISE dispatch raises",
-}
-
-
 def _leaves(obj, path: str = "") -> dict[str, object]:
     if isinstance(obj, dict):
         out: dict[str, object] = {}
@@ -119,7 +110,9 @@ def write(run: ConformanceRun, reports: Path) -> Path:
     md = folder / f"{name}.md"
     write_atomic(md, markdown(run))
     write_atomic(folder / f"{name}.json", json.dumps(run.to_json(), indent=1) + "\n")
-    write_atomic(reports / "findings.md", findings_markdown(folder))
+    from contract.reports import root_causes
+
+    root_causes.write(reports)
     write_atomic(folder / "README.md", decisions_markdown(folder))
     return md
 
@@ -200,47 +193,7 @@ def _code_at_violation(data: dict, finding: dict) -> list[str]:
 
 
 def findings_markdown(folder: Path) -> str:
-    runs = _runs(folder)
-    lines = [
-        "# Findings: the model's counterexamples against released vLLM, checked on vLLM's own code",
-        "",
-        "Each counterexample the model reports under the policy of a released vLLM (the regression "
-        "traces and any trace under `reports/`) was replayed on that release's real code "
-        "(`cudagraph-contract conform`). **Confirmed**: vLLM's observation of the violating step "
-        "equals the model's, so vLLM itself shows the violation (the real exception or the real eager "
-        "fallback is quoted). **Refuted**: it differs, and the model is wrong about vLLM. The replay runs "
-        "on CPU with CUDA graphs simulated; see the [glossary](../docs/glossary.md) for what ran.",
-        "",
-    ]
-    lead_outcomes: dict[str, list[str]] = {}
-    for data in runs:
-        lines += [f"## vLLM {data['vllm']} (policy `{data['policy']}`)", ""]
-        s = data.get("steps") or 0
-        lines += [f"Conformance: {data['agreeing_steps']} of {s} steps agree "
-                  f"over {data['trace_files']} trace files and {data['generated_traces']} generated traces.", ""]
-        if not data.get("findings"):
-            lines += ["No counterexample under this release's policy in the replayed traces.", ""]
-        for f in data.get("findings", []):
-            props = ", ".join(sorted({v["property"] for v in f["violations"]}))
-            lines += [f"### {f['name']} — {props} — **{f['outcome']}**", "", f"Trace: `{f['source']}`", ""]
-            if f.get("partly_replayed"):
-                lines += [f"Replay: {f['partly_replayed']}.", ""]
-            for key, text in LEADS.items():
-                if f["name"].startswith(key):
-                    lines += [f"Lead: {text}.", ""]
-                    lead_outcomes.setdefault(key, []).append(
-                        f"{f['outcome']} on {data['vllm']}" + (" (partly replayed)" if f.get("partly_replayed") else ""))
-            for v, e in zip(f["violations"], f["evidence"]):
-                lines += [f"- model: step {v['step']}: {v['message']}", f"  - vLLM {data['vllm']}: {e}"]
-            lines.append("")
-            lines += _code_at_violation(data, f)
-        counts = (data.get("generated") or {}).get("violations") or {}
-        if counts:
-            lines += ["Generated covering set, traces with a violation under this policy (all replayed "
-                      "step for step by the same run): "
-                      + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + ".", ""]
-    lines += ["## The three leads of the [capturer table](../docs/capturer-table.md)", ""]
-    for key, text in LEADS.items():
-        outcome = "; ".join(lead_outcomes.get(key, [])) or "not replayed yet"
-        lines.append(f"- {key}: {text} — {outcome}")
-    return "\n".join(lines) + "\n"
+    """``findings.md`` for the reports folder holding ``folder`` (``contract/reports/root_causes.py``)."""
+    from contract.reports import root_causes
+
+    return root_causes.findings(folder)
