@@ -157,27 +157,6 @@ def new_folder(stem: Path) -> Path:
     return candidate
 
 
-class progress:
-    """``total`` items of ``unit`` done by ``command``, shown on stderr (a progress bar on a
-    terminal, a line a minute otherwise: ``contract/cli/progress.py``); yields the function that
-    counts one done."""
-
-    def __init__(self, total: int, unit: str, quiet: bool, command: str = ""):
-        self.total, self.unit, self.quiet, self.command = total, unit, quiet, command or unit
-
-    def __enter__(self):
-        from contract.cli.progress import shown
-        from contract.core import progress as core_progress
-
-        self.shown = shown(self.command, self.quiet)
-        self.shown.__enter__()
-        core_progress.stage(self.unit, self.total)
-        return core_progress.advance
-
-    def __exit__(self, *exc):
-        return self.shown.__exit__(*exc)
-
-
 def checked_base(base: str | None) -> str | None:
     """``--base`` refused in one line before any work."""
     if base is None:

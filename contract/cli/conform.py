@@ -157,9 +157,7 @@ def conform(
             device_mod.require_cuda()
         except device_mod.DeviceProblem as exc:
             fail(str(exc))
-        from contract.real import simcuda
-
-        simcuda.DEVICE = "cuda"
+        device_mod.select("cuda")
     from contract.core.policy import PolicyError
     from contract.core.scenario import Runner
     from contract.core.trace import TraceError, load

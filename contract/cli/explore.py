@@ -19,10 +19,10 @@ from contract.cli.common import (
     err,
     out,
     parse_policies,
-    progress,
     write_class_traces,
     writing,
 )
+from contract.cli.progress import progress
 from contract.core.properties import PROPERTIES
 
 

@@ -10,6 +10,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+from contract.cli.common import err
 from contract.core import progress as core_progress
 
 # Seconds between two lines when stderr is not a terminal; the environment variable is for tests.
@@ -97,8 +98,6 @@ class Bar(core_progress.Reporter):
 @contextmanager
 def shown(command: str, quiet: bool = False):
     """The stages of the block, shown on stderr as the terminal allows; joins an outer display."""
-    from contract.cli.common import err
-
     if quiet:
         yield None
         return
@@ -112,3 +111,21 @@ def shown(command: str, quiet: bool = False):
         reporter = Heartbeat(command, every)
     with core_progress.reporting(reporter):
         yield reporter
+
+
+class progress:
+    """``total`` items of ``unit`` done by ``command``, shown on stderr (a progress bar on a
+    terminal, a line a minute otherwise: ``contract/cli/progress.py``); yields the function that
+    counts one done."""
+
+    def __init__(self, total: int, unit: str, quiet: bool, command: str = ""):
+        self.total, self.unit, self.quiet, self.command = total, unit, quiet, command or unit
+
+    def __enter__(self):
+        self.shown = shown(self.command, self.quiet)
+        self.shown.__enter__()
+        core_progress.stage(self.unit, self.total)
+        return core_progress.advance
+
+    def __exit__(self, *exc):
+        return self.shown.__exit__(*exc)

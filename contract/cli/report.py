@@ -24,10 +24,10 @@ from contract.cli.common import (
     out,
     parse_policies,
     profile_settings,
-    progress,
     verdicts_json,
     writing,
 )
+from contract.cli.progress import progress
 from contract.core.properties import PROPERTIES
 
 

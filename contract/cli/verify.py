@@ -25,11 +25,11 @@ from contract.cli.common import (
     out,
     parse_policies,
     profile_settings,
-    progress,
     verdicts_json,
     write_class_traces,
     writing,
 )
+from contract.cli.progress import progress
 from contract.core.properties import PROPERTIES
 
 

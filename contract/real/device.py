@@ -28,6 +28,16 @@ from dataclasses import dataclass, field
 from contract.real.simcuda import SimCuda
 
 DEVICES = ("cpu-sim", "cuda")
+# The process's replay device, chosen once before a session starts (``select``); a replay runs in a
+# process of its own, so the choice never leaks into another run.
+SELECTED = "cpu-sim"
+
+
+def select(name: str) -> None:
+    global SELECTED
+    if name not in DEVICES:
+        raise DeviceProblem(f"--device must be one of {', '.join(DEVICES)}, got {name!r}")
+    SELECTED = name
 RTOL = 1e-6
 
 
@@ -75,7 +85,7 @@ _current: DispatchFacts | None = None
 
 
 def install() -> None:
-    """Real CUDA graphs, observed; called by ``simcuda.install`` when ``simcuda.DEVICE == "cuda"``."""
+    """Real CUDA graphs, observed; installed by ``platform.activate`` when ``SELECTED == "cuda"``."""
     import torch
 
     import vllm.compilation.breakable_cudagraph as bcg

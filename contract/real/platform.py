@@ -16,6 +16,8 @@ import importlib
 import os
 import sys
 
+from contract.real import device, simcuda
+
 
 _ACTIVE = None
 
@@ -102,8 +104,9 @@ def activate(modules: tuple[str, ...]):
     ]
     if stale:
         raise RuntimeError(f"vLLM modules hold another platform object: {', '.join(sorted(stale))}")
-    from contract.real import simcuda
-
-    simcuda.install()
+    if device.SELECTED == "cuda":
+        device.install()
+    else:
+        simcuda.install()
     _ACTIVE = platform
     return platform

@@ -109,14 +109,7 @@ def _identity(x):
     return x
 
 
-DEVICE = "cpu-sim"  # "cuda": real graphs instead (``device.py``), set before the session starts
-
-
 def install() -> None:
-    if DEVICE == "cuda":
-        from contract.real import device
-
-        return device.install()
     import torch
 
     import vllm.compilation.breakable_cudagraph as bcg

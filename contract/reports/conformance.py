@@ -14,6 +14,7 @@ from pathlib import Path
 from contract.real.run import ConformanceRun
 from contract.real.decisions import HARNESS, VLLM, share
 from contract.core.output import write_atomic
+from contract.reports import root_causes
 
 def _leaves(obj, path: str = "") -> dict[str, object]:
     if isinstance(obj, dict):
@@ -110,8 +111,6 @@ def write(run: ConformanceRun, reports: Path) -> Path:
     md = folder / f"{name}.md"
     write_atomic(md, markdown(run))
     write_atomic(folder / f"{name}.json", json.dumps(run.to_json(), indent=1) + "\n")
-    from contract.reports import root_causes
-
     root_causes.write(reports)
     write_atomic(folder / "README.md", decisions_markdown(folder))
     return md
@@ -126,16 +125,6 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def _runs(folder: Path) -> list[dict]:
-    runs = []
-    for path in sorted(folder.glob("vllm-*.json")):
-        try:
-            runs.append(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError:
-            continue
-    return runs
-
-
 def _release(run: dict) -> str:
     """A run's release, with its runner where the release has both (0.33.0 replays either)."""
     mrv2 = (run.get("load_model_block") or {}).get("runner") == "MRV2"
@@ -144,7 +133,7 @@ def _release(run: dict) -> str:
 
 def decisions_markdown(folder: Path) -> str:
     """Per release: which decision points the replayed steps reached, and whose code made them."""
-    runs = [r for r in _runs(folder) if (r.get("decision_points") or {}).get("steps")]
+    runs = [r for r in root_causes.runs(folder) if (r.get("decision_points") or {}).get("steps")]
     lines = [
         "# Conformance runs: whose code made each decision",
         "",
@@ -180,20 +169,6 @@ def decisions_markdown(folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _code_at_violation(data: dict, finding: dict) -> list[str]:
-    """The vLLM functions the replay ran at the finding's first violating step, linked at the release."""
-    from contract.evidence import decision_lines
-
-    entry = next((t for t in data.get("traces", []) if t.get("name") == finding["name"]), None)
-    path = (entry or {}).get("decision_path") or []
-    step = finding["violations"][0]["step"]
-    where = (data.get("decision_points") or {}).get("where") or {}
-    ran = decision_lines.at_step(data["vllm"], path, where, step) if path else []
-    return [f"vLLM's code at step {step}:", "", *[f"- {r}" for r in ran], ""] if ran else []
-
-
 def findings_markdown(folder: Path) -> str:
     """``findings.md`` for the reports folder holding ``folder`` (``contract/reports/root_causes.py``)."""
-    from contract.reports import root_causes
-
     return root_causes.findings(folder)

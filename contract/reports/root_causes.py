@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.core.output import write_atomic
-from contract.evidence import deciding, root_causes as rc
+from contract.evidence import deciding, decision_lines, root_causes as rc
 from contract.evidence.matrix import RELEASES, load_conformance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -362,18 +362,37 @@ def triage(views: list[View]) -> list[str]:
         "per release, the classes, the replay's evidence and the fix.", ""]
 
 
+def runs(folder: Path) -> list[dict]:
+    """The conformance runs (``vllm-*.json``) of ``folder``, unreadable ones left out."""
+    found = []
+    for path in sorted(folder.glob("vllm-*.json")):
+        try:
+            found.append(json.loads(path.read_text(encoding="utf-8")))
+        except ValueError:
+            continue
+    return found
+
+
+def code_at_violation(data: dict, finding: dict) -> list[str]:
+    """The vLLM functions the replay ran at the finding's first violating step, linked at the release."""
+    entry = next((t for t in data.get("traces", []) if t.get("name") == finding["name"]), None)
+    path = (entry or {}).get("decision_path") or []
+    step = finding["violations"][0]["step"]
+    where = (data.get("decision_points") or {}).get("where") or {}
+    ran = decision_lines.at_step(data["vllm"], path, where, step) if path else []
+    return [f"vLLM's code at step {step}:", "", *[f"- {r}" for r in ran], ""] if ran else []
+
+
 def ungrouped(folder: Path, views: list[View]) -> list[str]:
     """The findings of each conformance run that no root cause holds (not traced by ``make findings``
     yet, or refuted), in full: the violations, vLLM's side and the code that ran at the step."""
-    from contract.reports.conformance import _code_at_violation, _runs
-
     grouped = {(e.release, e.runner.name, e.name) for v in views for e in v.cause.entries}
     traced = set()
     for path in sorted((folder / "deciding").glob("vllm-*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         traced |= {(data["vllm"], data["runner"], f["name"]) for f in data["findings"]}
     lines = []
-    for data in _runs(folder):
+    for data in runs(folder):
         runner = (data.get("load_model_block") or {}).get("runner") or "MRV1"
         for f in data.get("findings", []):
             key = (data["vllm"], runner, f["name"])
@@ -387,7 +406,7 @@ def ungrouped(folder: Path, views: list[View]) -> list[str]:
             for v, e in zip(f["violations"], f["evidence"]):
                 lines += [f"- model: step {v['step']}: {v['message']}", f"  - vLLM {data['vllm']}: {e}"]
             lines.append("")
-            lines += _code_at_violation(data, f)
+            lines += code_at_violation(data, f)
     if not lines:
         return []
     return ["## Findings not grouped into a root cause", "",

@@ -74,9 +74,7 @@ class Session:
         from vllm.v1.worker import gpu_model_runner
 
         self.version = vllm.__version__
-        from contract.real import simcuda
-
-        self.device = simcuda.DEVICE
+        self.device = device.SELECTED
         self.block = wrapping.load(gpu_model_runner)
         self.load_model_block = decisions.tracked(
             self.block.function, "GPUModelRunner.load_model (wrapping block)",

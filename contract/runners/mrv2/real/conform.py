@@ -19,23 +19,13 @@ from contract.real.compare import TraceResult, compare, predict
 from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
-from contract.core.scenario import DrafterKind, Runner, Speculator, all_scenarios
+from contract.core.scenario import DrafterKind, Runner, all_scenarios
 from contract.core.trace import Trace, TraceError, record
+from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPLAYED_WITHOUT_MODEL, REPLAYED_SPECULATORS
 
 # The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
 # (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
 # from the runner's request states, which the stand-in runner does not keep.
-# The DFlash family's capture and propose store the target's hidden states as the draft model's
-# context K/V through its attention layers and build DFlash-specific attention metadata
-# (34:v1/worker/gpu/spec_decode/dflash/speculator.py:166-186,266-334,399-445), which a draft
-# model without attention layers cannot stand in for.
-NOT_REPLAYED_SPECULATOR = ("not replayed (MRV2 speculator {}: its capture and propose write the draft "
-                           "model's context K/V through attention layers the stand-in model does not have)")
-NOT_REPLAYED_WITHOUT_MODEL = "not replayed (MRV2 speculator without a draft model: needs the runner's request states)"
-
-
-# Speculators the replay builds from the installed release (contract/runners/mrv2/real/spec_decode.py).
-REPLAYED_SPECULATORS = frozenset({Speculator.EAGLE, Speculator.MULTI_MODULE_MTP, Speculator.STANDALONE_AR})
 
 
 def scenarios(policy: Policy) -> Iterator:

@@ -28,7 +28,7 @@ of the reused warm-up function (compiled PIECEWISE).
 
 from __future__ import annotations
 
-from contract.real import simcuda
+from contract.real import device
 from contract.real.parallel_state import install_parallel_state
 from contract.real.simcuda import SimStream
 
@@ -39,7 +39,7 @@ def install(module, listener) -> None:
     import torch
 
     install_parallel_state()
-    if simcuda.DEVICE != "cuda":
+    if device.SELECTED != "cuda":
         module.current_stream = lambda *a, **k: SimStream()
         torch.accelerator.get_memory_info = lambda *a, **k: (0, 0)
         torch.accelerator.synchronize = lambda *a, **k: None

@@ -34,10 +34,10 @@ import types
 from dataclasses import dataclass, field
 
 from contract.real import decisions, device, errors, observe, platform
-from contract.runners.mrv2.real.modules import MODULES
+from contract.runners.mrv2.real.modules import MODULES, NOT_REPLAYED_WITHOUT_MODEL
 from contract.runners.mrv2.real import backends, cudagraph_utils, decision_points, model_runner, spec_decode
-from contract.runners.mrv2.real.conform import NOT_REPLAYED_WITHOUT_MODEL
 from contract.real.observe import Call, Recorder
+from contract.real.simcuda import SimCuda
 from contract.real.vllm_config import ConfigCache, config_key
 from contract.core.events import Event, event_to_json
 from contract.runners.mrv2.model.model_runner import PROFILE_NUM_TOKENS
@@ -148,12 +148,10 @@ class Session:
         import vllm.v1.worker.gpu.cudagraph_utils as cg_utils
         import vllm.v1.worker.gpu.model_runner as gpu_model_runner
 
-        from contract.real import simcuda
-
         import torch
 
         self.version = vllm.__version__
-        self.device = simcuda.DEVICE
+        self.device = device.SELECTED
         self.torch_device = torch.device("cuda" if self.device == "cuda" else "cpu")
         self.gpu_model_runner = gpu_model_runner
         self.cudagraph_utils = cg_utils
@@ -170,8 +168,6 @@ class Session:
     def _install_observers(self) -> None:
         from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
         from vllm.compilation.cuda_graph import CUDAGraphWrapper
-
-        from contract.real.simcuda import SimCuda
 
         for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper):
             if not hasattr(cls.__call__, "__wrapped__"):
@@ -201,8 +197,6 @@ class Session:
         import vllm.platforms as vllm_platforms
         from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphCapture, BreakableCUDAGraphWrapper
         from vllm.compilation.cuda_graph import CUDAGraphWrapper
-
-        from contract.real.simcuda import SimCuda
 
         forward_context._forward_context = None
         CUDAGraphWrapper.clear_all_graphs()
