@@ -154,10 +154,11 @@ def test_conform_reports_its_traces_and_publishes_its_files(tmp_path):
     assert any(re.match(r"^conform, \d+ s$", line) for line in lines), lines
     assert sorted(str(p.relative_to(reports)) for p in reports.rglob("*")) == [
         "benchmarks.md", "conformance", "conformance/README.md", "conformance/vllm-0.29.0.json",
-        "conformance/vllm-0.30.0.json", "conformance/vllm-0.30.0.md", "findings.md"]
+        "conformance/vllm-0.30.0.json", "conformance/vllm-0.30.0.md", "findings.md", "root-causes",
+        *sorted(f"root-causes/{p.parent.name}.md" for p in (ROOT / "fixes").glob("*/fix.json"))]
     assert [p.name for p in tmp_path.iterdir()] == ["reports"]
     findings = (reports / "findings.md").read_text()  # written from the JSON of the same publication
-    assert "## vLLM 0.29.0" in findings and "## vLLM 0.30.0" in findings
+    assert "on vLLM 0.29.0 (MRV1)" in findings and "on vLLM 0.30.0 (MRV1)" in findings
 
 
 def test_the_branch_replay_reports_through_its_parent_and_publishes_its_folder(tmp_path):
