@@ -128,13 +128,18 @@ def drafter_cudagraph_mode(target_mode: CUDAGraphMode, spec_enforce_eager: bool)
 
 
 def normalise(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_30) -> Config:
-    """``post_init``, then the MRV1 ``CudagraphDispatcher`` constructor assert (``v1/cudagraph_dispatcher.py:48-60``)."""
+    """``post_init``, then the MRV1 ``CudagraphDispatcher`` constructor assert (``v1/cudagraph_dispatcher.py:48-60``),
+    an ``AssertionError`` raised while ``GPUModelRunner.__init__`` builds the dispatcher."""
     config = post_init(scenario, revision)
     mode = config.cudagraph_mode
     attention_compiled_piecewise = (config.compilation_mode == CompilationMode.VLLM_COMPILE
                                     and config.splitting_ops_contain_attention)
     if mode.requires_piecewise_compilation() and not (attention_compiled_piecewise or scenario.breakable):
+        # An assert in the runner's constructor, after VllmConfig accepted the settings: a crash
+        # at start-up (P0), not a rejection. No modelled scenario reaches it.
         raise ConfigRejected(
-            f"CudagraphDispatcher: cudagraph_mode={mode.name} needs attention compiled piecewise"
+            "Compilation mode should be CompilationMode.VLLM_COMPILE when cudagraph_mode piecewise cudagraphs is "
+            f"used, and attention should be in splitting_ops (CudagraphDispatcher, cudagraph_mode={mode.name})",
+            assertion=True,
         )
     return config
