@@ -66,9 +66,7 @@ def cells(trace: Trace) -> set[tuple]:
     if s.runner is Runner.MRV2 and s.drafter is DrafterKind.WITH_MODEL:
         # MRV2 builds a different speculator per method, each with its own managers and steps.
         scenario_class += (s.speculator.name,)
-    if s.varlen_decode_bound or s.attention_support_draft_only:
-        # Adaptive verification's check reads them, and P7 judges the graphs against them.
-        scenario_class += (s.attention_support.name, s.varlen_decode_bound, s.attention_support_draft_only)
+
     resolved = None
     out: set[tuple] = set()
     for step in trace.expected_steps:
@@ -78,6 +76,10 @@ def cells(trace: Trace) -> set[tuple]:
             out.add((scenario_class, resolved, d["role"], d["runtime_mode"], acting, d["ran_eager"]))
         if step.get("halted"):
             out.add((scenario_class, resolved, "halted", step["halted"]))
+    # at least one trace per property the model says a trace violates, and per adaptive-verification
+    # attention setting (their observations are other scenarios', their verdicts and checks are not)
+    out |= {("violates", v["property"]) for v in trace.expected_violations}
+    out |= {("setting", name) for name in ("varlen_decode_bound", "attention_support_draft_only") if getattr(s, name)}
     return out
 
 
