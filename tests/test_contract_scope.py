@@ -16,12 +16,12 @@ from contract.core import halts
 from contract.core.classes import Severity
 from contract.core.differential import LOST, compare
 from contract.core.engine import Run
-from contract.core.events import CaptureModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Resolve
+from contract.core.events import LoadModel
 from contract.core.explore import explore
 from contract.core.graphs import KINDS, lost_kinds, model_coverage, run_script
 from contract.core.modes import FULL, NONE, AttentionCGSupport as S, CUDAGraphMode
 from contract.core.properties import allows, check
-from contract.core.scenario import ConfigRejected, DrafterKind, Runner, Scenario, SplittingOps, Speculator
+from contract.core.scenario import ConfigRejected, DrafterKind, Runner, Scenario
 from contract.families import BUILT_IN, load_policy
 
 runner = CliRunner()
