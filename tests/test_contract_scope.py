@@ -22,7 +22,9 @@ from contract.core.graphs import KINDS, lost_kinds, model_coverage, run_script
 from contract.core.modes import FULL, NONE, AttentionCGSupport as S, CUDAGraphMode
 from contract.core.properties import allows, check
 from contract.core.scenario import ConfigRejected, DrafterKind, Runner, Scenario
-from contract.families import BUILT_IN, load_policy
+from contract.core import profiles
+from contract.core.machine import run_machine
+from contract.families import BUILT_IN, MUTANTS, load_policy, mutant_policy
 
 runner = CliRunner()
 AV = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
@@ -171,6 +173,27 @@ def test_0_34_draft_prefill_takes_varlen_graphs_a_draft_only_backend_cannot_repl
     bounded = replace(c.witness.scenario, varlen_decode_bound=True)
     assert not [v for r in run_script(bounded, load_policy("mrv2_0_34")) for v in check(r, bounded, Runner.MRV2)
                 if v.property == "P7"]
+
+
+P7_MUTANTS = [m for m in MUTANTS if "P7" in m.kills]
+
+
+def test_there_are_p7_mutants_in_both_families():
+    assert {m.base.startswith("mrv2") for m in P7_MUTANTS} == {True, False} and len(P7_MUTANTS) >= 3
+
+
+@pytest.mark.parametrize("mutant", P7_MUTANTS, ids=lambda m: m.name)
+def test_p7_mutants_are_killed_on_p7_by_the_explorer_and_ci(mutant):
+    """Checking P7 alone, the explorer (against the mutant's base) and the ci machine both find a
+    new P7 violation: the graph of the wrong shape is what kills each of these mutants. (The
+    explorer runs every scenario: in some, a mutant also stops vLLM where its base does not, a
+    ``halt`` difference a first-only run would report instead.)"""
+    policy, base = mutant_policy(mutant), load_policy(mutant.base)
+    result = explore(policy, base=base, only=frozenset({"P7"}))
+    assert "P7" in result.counterexamples, mutant.name
+    found = run_machine(policy, profiles.get("ci"), only=frozenset({"P7"}), base=base)
+    assert found is not None and found.violation.property == "P7", mutant.name
+    assert found.violation.message.startswith("new violation")
 
 
 # -- graph coverage, lost graphs, traded ---------------------------------------------------------
