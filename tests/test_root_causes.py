@@ -64,7 +64,11 @@ def test_statement_forms_ignore_line_breaks_and_the_colon():
 def test_kind_is_property_and_what_and_a_halts_exception():
     assert rc.kind_of(P1) == {"property": "P1", "what": "no capturer"}
     halt = {"property": "halt", "role": "-", "runtime_mode": "-", "what": "vLLM stops", "detail": "AssertionError"}
-    assert rc.kind_matches({"property": "halt", "detail": "AssertionError"}, halt)
+    stop = {"property": "P0", "role": "-", "runtime_mode": "-", "what": "vLLM stops at start-up",
+            "detail": "AssertionError: assert mode.has_full_cudagraphs()"}
+    assert rc.kind_of(halt) == rc.kind_of(stop) == {"property": "P0", "detail": "AssertionError"}  # data before P0
+    assert rc.kind_matches({"property": "P0", "detail": "AssertionError"}, halt)
+    assert not rc.kind_matches({"property": "P0", "detail": "ValueError"}, stop)
     assert not rc.kind_matches({"property": "P4"}, P1)
 
 
@@ -73,7 +77,11 @@ def test_severity_orders_crash_over_wrong_result_over_eager_over_log_and_drops_r
     p4 = {"property": "P4", "what": "capture outside the capture phase"}
     p5 = {"property": "P5", "what": "replay of an entry captured under another mode"}
     p3 = {"property": "P3", "what": "wrong capturer"}
-    assert severity.of(halt) == severity.of(p4) > severity.of(p5) > severity.of(P1) > severity.of(p3)
+    guard = {"property": "halt", "what": "vLLM stops",
+             "detail": "RuntimeError: CUDA graph capturing detected at an inappropriate time"}
+    ranks = [severity.of(s).rank for s in (halt, guard, p5, P1, p3)]
+    assert ranks == sorted(ranks) and len(set(ranks)) == 5, ranks
+    assert severity.of(guard) == severity.of(p4) == severity.of({"property": "P0", "what": "vLLM stops when serving"})
     refusal = {"property": "halt", "what": "vLLM stops",
                "detail": "resolve rejected: CUDAGraphMode.FULL is not supported (support: NEVER)"}
     assert severity.finding(halt) and not severity.finding(refusal)
@@ -239,7 +247,7 @@ def test_committed_findings_fit_a_reviewer_and_are_current():
         assert (REPORTS / pages.FOLDER / f"{v.id}.md").read_text(encoding="utf-8") == pages.page(v), v.id
     assert sorted(p.stem for p in (REPORTS / pages.FOLDER).glob("*.md")) == sorted(v.id for v in views)
     severities = [v.cause.severity.rank for v in views]
-    assert severities == sorted(severities, reverse=True)
+    assert severities == sorted(severities)
 
 
 def test_every_committed_root_cause_quotes_at_most_fifteen_lines_per_release():

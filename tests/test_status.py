@@ -68,12 +68,13 @@ def test_a_witness_no_replay_ran_says_so_with_the_command():
     assert status.status(mrv2, skipped).text == "reading: not replayed on real vLLM yet (MRV2 speculator)"
 
 
-def test_a_halt_witness_is_confirmed_when_vllm_stops_there_too():
-    halt = next((ROOT / "reports" / "vllm_0_30" / "classes").glob("halt-*.json"))
-    trace = load(halt)
-    assert trace.property is None
+def test_a_witness_of_no_property_is_confirmed_when_vllm_does_the_same():
+    """A differential's lost-graphs witness names no property: the replay agreeing is the confirmation."""
+    trace = load(ROOT / "reports" / "vllm_0_30" / "P4.json")
+    trace.property, trace.name = None, "lost-graphs-witness"
     n = len(trace.events)
     replayed = {("0.30.0", Runner.MRV1): {"traces": [{"name": trace.name, "status": "replayed", "steps": n,
                                                       "agreeing": n}]}}
     s = status.status(trace, replayed)
-    assert s.kind == "halt" and s.text.startswith("vLLM stops at this step as the model says: confirmed on vLLM 0.30.0")
+    assert s.kind == "replayed"
+    assert s.text.startswith("vLLM does at these steps what the model says: confirmed on vLLM 0.30.0")

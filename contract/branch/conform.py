@@ -8,9 +8,12 @@ release, runner, corpus and tool version and cached (``cache.py``); a branch run
 branch side of the traces the change can reach: those whose decision path on the base (the vLLM
 functions that decided each step) reaches a changed function or a changed module, plus a fixed
 sample of the rest (every ``SAMPLE_EVERY``-th trace); ``--corpus full`` replays every trace. The
-P1–P6 checks and class signatures run on each side's observations (``contract/real/judge.py``); an
+P0–P7 checks and class signatures run on each side's observations (``contract/real/judge.py``); an
 occurrence is a signature in a trace, and new, fixed and inherited are decided per trace as the
-model's differential decides them per scenario.
+model's differential decides them per scenario. Each trace is the fixed serving script, so graph
+coverage (``contract/core/graphs.py``) is counted on both sides' observations: a trace where the
+branch serves fewer dispatches of a kind with a graph has lost graphs, and a class the branch no
+longer shows there is traded, not fixed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from contract.branch import cache
 from contract.branch.review import Review
 from contract.core import child, progress
 from contract.core.classes import Occurrence, Signature, classes_from, signatures
-from contract.core.differential import Differential
+from contract.core.differential import Differential, lost_occurrence
+from contract.core.graphs import affected_share
 from contract.core.family import Family
 from contract.core.properties import check
 from contract.core.trace import Trace
@@ -197,19 +201,58 @@ def _subset(occs: dict, other: dict, keep_shared: bool) -> dict:
     return out
 
 
+def _records(trace: Trace, observed: dict, family: Family) -> list:
+    steps = observed.get(trace.name, {}).get("steps") or []
+    return judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json)
+
+
+def lost(traces: list[Trace], base_obs: dict, branch_obs: dict, label: str, family: Family,
+         vllm: str) -> tuple[dict, dict]:
+    """Per lost dispatch kind, the traces where vLLM's code on the branch serves fewer dispatches of
+    it with a graph than on the base (``contract/core/graphs.py``), each witnessed by the branch's
+    observation of the whole trace."""
+    found: dict[Signature, list[Occurrence]] = {}
+    witnesses: dict[tuple, Trace] = {}
+    for index, trace in enumerate(traces):
+        if not base_obs.get(trace.name, {}).get("steps"):
+            continue
+        mine = _records(trace, branch_obs, family)
+        for sig, o in lost_occurrence(index, trace.scenario, _records(trace, base_obs, family), mine).items():
+            found.setdefault(sig, []).append(o)
+            steps = branch_obs.get(trace.name, {}).get("steps") or []
+            witnesses[(sig, index)] = Trace(
+                trace.scenario, label, list(o.events), name=f"{label}-{trace.name}",
+                expected_steps=steps[: len(o.events)],
+                origin={"engine": "conformance", "vllm": vllm, "corpus_trace": trace.name})
+    return found, witnesses
+
+
 def compare(traces: list[Trace], base_obs: dict, branch_obs: dict, branch_label: str, base_label: str,
             family: Family, vllm: str) -> Differential:
-    """New, fixed and inherited classes of vLLM's own observations, base against branch, per trace."""
+    """New, fixed, inherited and traded classes of vLLM's own observations, and lost graphs, base
+    against branch, per trace."""
     mine, my_witnesses = occurrences(traces, branch_obs, branch_label, family, vllm)
     theirs, their_witnesses = occurrences(traces, base_obs, base_label, family, vllm)
+    lost_occs, lost_witnesses = lost(traces, base_obs, branch_obs, branch_label, family, vllm)
 
     def classes(subset, witnesses):
-        return classes_from(subset, lambda o, sig: witnesses[(sig, o.scenario_index)])
+        return classes_from(subset, lambda o, sig: witnesses[(sig, o.scenario_index)],
+                            affected=lambda o, sig: _affected(traces[o.scenario_index], witnesses, sig, o))
 
+    def _affected(trace, witnesses, sig, o):
+        observed = branch_obs if witnesses is my_witnesses else base_obs
+        return affected_share(_records(trace, observed, family), trace.scenario, family.runner, sig)
+
+    lost_indices = {o.scenario_index for occs in lost_occs.values() for o in occs}
+    fixed = _subset(theirs, mine, False)
+    traded = {sig: [o for o in occs if o.scenario_index in lost_indices] for sig, occs in fixed.items()}
+    fixed = {sig: [o for o in occs if o.scenario_index not in lost_indices] for sig, occs in fixed.items()}
     return Differential(branch_label, base_label,
                         new=classes(_subset(mine, theirs, False), my_witnesses),
-                        fixed=classes(_subset(theirs, mine, False), their_witnesses),
-                        inherited=classes(_subset(mine, theirs, True), my_witnesses))
+                        fixed=classes({k: v for k, v in fixed.items() if v}, their_witnesses),
+                        inherited=classes(_subset(mine, theirs, True), my_witnesses),
+                        traded=classes({k: v for k, v in traded.items() if v}, their_witnesses),
+                        lost=classes_from(lost_occs, lambda o, sig: lost_witnesses[(sig, o.scenario_index)]))
 
 
 @dataclass(frozen=True)

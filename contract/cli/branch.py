@@ -41,7 +41,8 @@ def _step_line(c: branch_conform.StepChange) -> str:
 
 
 def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus: str, traces: list[Path] | None,
-                           reports: Path | None, as_json: bool, timeout: float | None) -> None:
+                           reports: Path | None, as_json: bool, timeout: float | None,
+                           allow_lost_graphs: bool = False) -> None:
     base = checked_base(base or "auto")
     if corpus not in ("covering", "full"):
         fail(f"--corpus {corpus}: a branch replay takes covering (the default) or full")
@@ -96,15 +97,16 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
     else:
         files = branch_report.witness_files(reports, run)
         d = run.differential
-        say.print(f"{d.branch} against {d.base}: {len(d.new)} new, {len(d.fixed)} fixed, {len(d.inherited)} inherited"
-                  + ("" if d.new else " — nothing new"), markup=False)
-        for key in ("new", "fixed", "inherited"):
+        say.print(f"{d.branch} against {d.base}: {d.summary()}" + ("" if d.new else " — nothing new")
+                  + (" — graphs lost" if d.lost else ""), markup=False)
+        for key in branch_report.SECTIONS:
             for c in getattr(d, key):
-                say.print(f"  {key}: {c.title} — witness {files[(key, c.id)]}", markup=False)
+                say.print(f"  {branch_report.LABELS[key]}: [{c.severity_text}] {c.title} — witness {files[(key, c.id)]}",
+                          markup=False)
         if run.changes:
             say.print(f"vLLM's observations differ on {len(run.changes)} step(s)"
                       + (f"; the first {MAX_CHANGES}:" if len(run.changes) > MAX_CHANGES else ":"), markup=False)
             for c in run.changes[:MAX_CHANGES]:
                 say.print(_step_line(c), markup=False)
         say.print(f"report: {index}", markup=False)
-    raise typer.Exit(1 if run.differential.new else 0)
+    raise typer.Exit(run.differential.exit_code(allow_lost_graphs))

@@ -99,6 +99,17 @@ BASE_OPTION = typer.Option(
          "Exit 0 when nothing is new, 1 when something is.")
 
 
+ALLOW_LOST_OPTION = typer.Option(
+    False, "--allow-lost-graphs",
+    help="With --base: exit 0 even where the branch serves fewer dispatches with a CUDA graph than the base "
+         "(lost graphs are still listed).")
+
+
+def differential_exit(differentials: dict, allow_lost_graphs: bool) -> int:
+    """1 when a branch adds a class or loses graphs (unless allowed), else 0."""
+    return max((d.exit_code(allow_lost_graphs) for d, _ in differentials.values()), default=0)
+
+
 def resolve_base(base: str, policy, tree=None):
     """The base of ``policy`` (read from ``tree``, a vLLM tree, when it is one); one line on failure."""
     from contract.branch import base as base_mod

@@ -113,6 +113,8 @@ def conform(
                                             "environment may take (default: 300 with --vllm-src, else none)."),
     policy_name: Optional[str] = typer.Option(None, "--policy", help="Compare with this built-in policy instead "
                                               "of the one modelling the release (a negative control)."),
+    allow_lost_graphs: bool = typer.Option(False, "--allow-lost-graphs", help="With --vllm-src: exit 0 even where "
+                                           "the tree serves fewer dispatches with a CUDA graph than the release."),
 ) -> None:
     """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
 
@@ -124,7 +126,7 @@ def conform(
 
         branch_conform_command(vllm_src, base, runner, corpus or "covering",
                                traces, None if reports == DEFAULT_REPORTS else reports, as_json,
-                               timeout or DEFAULT_TIMEOUT_S)
+                               timeout or DEFAULT_TIMEOUT_S, allow_lost_graphs)
     if base is not None:
         fail("--base needs --vllm-src (the branch to compare with the release)")
     corpus = corpus or "full"

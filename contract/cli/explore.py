@@ -12,7 +12,9 @@ from rich.table import Table
 
 from contract.cli.common import (
     checked_base,
+    ALLOW_LOST_OPTION,
     BASE_OPTION,
+    differential_exit,
     base_differentials,
     check_out,
     classes_note,
@@ -33,6 +35,7 @@ def explore(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     base: Optional[str] = BASE_OPTION,
+    allow_lost_graphs: bool = ALLOW_LOST_OPTION,
 ) -> None:
     """Enumerate every scenario class and event sequence up to DEPTH: a proof within the bound where
     the contract holds, the shortest counterexample where it does not, and every violation class
@@ -91,12 +94,12 @@ def explore(
         out.print(table)
         for r in results:
             for c in r.classes:
-                out.print(f"{r.policy}: {c.length} events  {c.title}", soft_wrap=True)
+                out.print(f"{r.policy}: [{c.severity_text}] {c.length} events  {c.title}", soft_wrap=True, markup=False)
         if differentials:
             from contract.cli.diffview import print_differential
 
             for d, _ in differentials.values():
                 print_differential(out, d)
     if differentials:
-        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
+        raise typer.Exit(differential_exit(differentials, allow_lost_graphs))
     raise typer.Exit(1 if unexpected else 0)

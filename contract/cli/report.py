@@ -16,7 +16,9 @@ from contract.cli.common import (
     load_tree,
     resolve_base,
     say_review,
+    ALLOW_LOST_OPTION,
     BASE_OPTION,
+    differential_exit,
     base_differentials,
     check_out,
     fail,
@@ -60,6 +62,7 @@ def report(
     vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="Report on the rules of a vLLM source tree "
                                             "(compared with --base auto unless --base is given)."),
     base: Optional[str] = BASE_OPTION,
+    allow_lost_graphs: bool = ALLOW_LOST_OPTION,
     runner: str = RUNNER_OPTION,
 ) -> None:
     """Verify policies (Hypothesis + explorer) and write the reports: the verdict table, one page and
@@ -129,5 +132,5 @@ def report(
             for name, pid in unexpected:
                 out.print(f"[red]{name} {pid}: verdict differs from the expected table or from the explorer[/]")
     if differentials:
-        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
+        raise typer.Exit(differential_exit(differentials, allow_lost_graphs))
     raise typer.Exit(1 if unexpected else 0)

@@ -17,7 +17,9 @@ from contract.cli.common import (
     load_tree,
     resolve_base,
     say_review,
+    ALLOW_LOST_OPTION,
     BASE_OPTION,
+    differential_exit,
     base_differentials,
     check_out,
     classes_note,
@@ -74,6 +76,7 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify the rules its runner family reads (MRV1: load_model's wrapping block; MRV2: the managers' rules), run as a policy."),
     base: Optional[str] = BASE_OPTION,
+    allow_lost_graphs: bool = ALLOW_LOST_OPTION,
     runner: str = RUNNER_OPTION,
 ) -> None:
     """Run the Hypothesis state machine against each policy and print the verdict table.
@@ -150,5 +153,5 @@ def verify(
                 out.print(f"[red]{v.policy} {v.property}:[/] "
                           + (v.message if not v.holds else "expected a counterexample, none found"))
     if differentials:
-        raise typer.Exit(1 if any(d.new for d, _ in differentials.values()) else 0)
+        raise typer.Exit(differential_exit(differentials, allow_lost_graphs))
     raise typer.Exit(1 if unexpected else 0)

@@ -8,8 +8,14 @@ cell splits into the distinct causes behind it (for ``vllm_0_30`` P1: breakable 
 micro-batching, compiled under FULL then upgraded, compilation off with attention in
 ``splitting_ops``).
 
-A halt is recorded as a class of its own (``property="halt"``, "vLLM stops") only on a step that
-violates no property: a raised capture is already the P1/P4 class that explains it.
+A stop of vLLM is a P0 class (a crash after validation, ``contract/core/halts.py``) or an
+accepted rejection: the latter is no class, and is enumerated apart (``rejection``) so a report
+can list what vLLM refuses and why.
+
+Every class has a **severity** (``Severity``), from what a user of vLLM would see, worst first:
+a crash at start-up, a crash when serving, a wrong result, a graph captured at serving time, a
+silent eager fallback (with the share of the scenario's serving dispatches it affects), a log
+line only. Classes are sorted by it everywhere they are listed.
 """
 
 from __future__ import annotations
@@ -36,12 +42,64 @@ NONE_CAPTURED = "NONE dispatch captured"
 UNWRAP_STOPS = "unwrap stops at a wrapper"
 STOPS = "vLLM stops"
 MAX_ID = 180  # characters of a class id, a file name
+STOPS_AT_START_UP = "vLLM stops at start-up"
+STOPS_WHEN_SERVING = "vLLM stops when serving"
+ILLEGAL_SHAPE = "FULL graph of a shape the attention backend cannot replay"
 HALT = "halt"
+REJECTED = "rejected"  # an accepted rejection: not a class, listed apart
+ACCEPTED = "accepted rejection"
+
+
+class Severity(enum.Enum):
+    """How bad a class is for a user of vLLM, worst first (``rank``).
+
+    P4's silent runtime capture and P5's re-capture rank between a wrong result and a silent eager
+    fallback: a graph still serves the batch, but it is captured while serving, outside the memory
+    profiling that sized the KV cache (a stall on the serving path and graph memory nobody
+    reserved), so it is worse than running eagerly and better than replaying the wrong graph."""
+
+    CRASH_START_UP = (0, "crash at start-up")
+    CRASH_SERVING = (1, "crash when serving")
+    WRONG_RESULT = (2, "wrong result")
+    RUNTIME_CAPTURE = (3, "graph captured at serving time")
+    EAGER_FALLBACK = (4, "silent eager fallback")
+    LOG_ONLY = (5, "log only")
+
+    @property
+    def rank(self) -> int:
+        return self.value[0]
+
+    @property
+    def label(self) -> str:
+        return self.value[1]
+
+
+def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
+    """A signature's severity; ``event_kind``, the step it shows on, decides the phase of a nested
+    capture (a CUDA error at capture time or when serving)."""
+    from contract.core.halts import phase
+
+    p, what = sig.property, sig.what
+    if p == "P0":
+        return Severity.CRASH_START_UP if what == STOPS_AT_START_UP else Severity.CRASH_SERVING
+    if p == "P1" and what == NESTED:
+        return Severity.CRASH_SERVING if event_kind and phase(event_kind) == "serving" else Severity.CRASH_START_UP
+    if p == "P4" and what == OUTSIDE_WINDOW:  # the capture guard raises: P0 (serving) on the same step
+        return Severity.CRASH_SERVING if not event_kind or phase(event_kind) == "serving" else Severity.CRASH_START_UP
+    if p == "lost graphs":  # a differential's lost graphs: batches the base served run eagerly
+        return Severity.EAGER_FALLBACK
+    if p in ("P7", "P2") or (p == "P5" and what == CROSS_MODE_REPLAY):
+        return Severity.WRONG_RESULT
+    if p in ("P4", "P5"):
+        return Severity.RUNTIME_CAPTURE
+    if p == "P1":
+        return Severity.EAGER_FALLBACK
+    return Severity.LOG_ONLY
 
 
 @dataclass(frozen=True, order=True)
 class Signature:
-    property: str  # P1..P6 or "halt"
+    property: str  # P0..P7, "lost graphs" (a differential), or "rejected" (an accepted rejection)
     role: str  # "target", "drafter" or "-"
     runtime_mode: str  # the dispatch's runtime_mode name, or "-"
     what: str  # one of the constants above
@@ -57,6 +115,11 @@ class Signature:
 def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
     """(role, runtime_mode, what) of a violation on its step."""
     d = record.dispatches[v.dispatch] if v.dispatch is not None else None
+    if v.property == "P0":
+        from contract.core.halts import phase
+
+        what = STOPS_WHEN_SERVING if phase(record.event.kind) == "serving" else STOPS_AT_START_UP
+        return (d.role, d.runtime_mode.name, what) if d is not None else ("-", "-", what)
     if v.property == "P6":
         role = "drafter" if "of the drafter" in v.message else "target"
         return role, "-", UNWRAP_STOPS
@@ -74,12 +137,15 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
     if v.property == "P5":
         replayed_elsewhere = any(a.action is Action.REPLAYED for a in d.acting)
         return d.role, d.runtime_mode.name, CROSS_MODE_REPLAY if replayed_elsewhere else RECAPTURE
+    if v.property == "P7":
+        return d.role, d.runtime_mode.name, ILLEGAL_SHAPE
     return d.role, d.runtime_mode.name, v.property
 
 
 def signature(v: Violation, record: StepRecord) -> Signature:
     role, mode, what = _what(v, record)
-    return Signature(v.property, role, mode, what)
+    detail = _halt_detail(record.halted) if v.property == "P0" and record.halted else ""
+    return Signature(v.property, role, mode, what, detail)
 
 
 def _halt_detail(text: str) -> str:
@@ -88,11 +154,19 @@ def _halt_detail(text: str) -> str:
 
 
 def signatures(record: StepRecord, violations: list[Violation]) -> list[tuple[Signature, Violation | None]]:
-    """Every class signature a step shows, in the order the step showed them."""
-    out = [(signature(v, record), v) for v in violations]
-    if record.halted and not violations:
-        out.append((Signature(HALT, "-", "-", STOPS, _halt_detail(record.halted)), None))
-    return out
+    """Every class signature a step shows, in the order the step showed them. A stop is P0's
+    (``properties.liveness``) or an accepted rejection (``rejection``), never a class of its own."""
+    return [(signature(v, record), v) for v in violations]
+
+
+def rejection(record: StepRecord) -> Signature | None:
+    """An accepted rejection on this step (a ``ValueError`` with advice at start-up), as a signature
+    for enumerating them; not a violation class."""
+    from contract.core.halts import HaltKind, kind
+
+    if record.halted and kind(record.halted) is HaltKind.REJECTED:
+        return Signature(REJECTED, "-", "-", ACCEPTED, _halt_detail(record.halted))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,6 +182,8 @@ _LABELS = {
     "attention_support": "attention support",
     "spec_enforce_eager": "drafter enforce_eager",
     "uniform_decode_query_len": "uniform_decode_query_len",
+    "varlen_decode_bound": "varlen bound declared",
+    "attention_support_draft_only": "that support on the draft layers only",
 }
 
 
@@ -154,6 +230,22 @@ class ViolationClass:
     witness: object = field(compare=False, hash=False)  # a Trace: the shortest counterexample
     step: int = field(default=0, compare=False)
     message: str = field(default="", compare=False)
+    # silent eager fallback: the share of the witness scenario's serving dispatches (the fixed
+    # serving script, ``contract/core/graphs.py``) that show this class; None where not measured
+    affected: float | None = field(default=None, compare=False)
+
+    @property
+    def severity(self) -> Severity:
+        events = getattr(self.witness, "events", ())
+        return severity(self.signature, events[self.step].kind if self.step < len(events) else None)
+
+    @property
+    def severity_text(self) -> str:
+        """The severity as a page states it: the share of serving dispatches for an eager fallback."""
+        sev = self.severity
+        if sev is Severity.EAGER_FALLBACK and self.affected is not None:
+            return f"{sev.label} ({100 * self.affected:.0f}% of its scenario's serving dispatches)"
+        return sev.label
 
     @property
     def key(self) -> tuple:
@@ -195,7 +287,7 @@ class ViolationClass:
         return " → ".join(describe_event(e) for e in self.witness.events)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "title": self.title, **self.signature.to_json(),
+        return {"id": self.id, "title": self.title, **self.signature.to_json(), "severity": self.severity_text,
                 "settings": [s.to_json() for s in self.settings],
                 "witness": {"length": self.length, "step": self.step, "message": self.message,
                             "scenario": self.witness.scenario.to_json(),
@@ -236,9 +328,15 @@ def _merge(groups: list[tuple[dict[str, frozenset], Occurrence]]) -> list[tuple[
     return groups
 
 
-def classes_from(occurrences: dict[Signature, list[Occurrence]], make_trace) -> list[ViolationClass]:
-    """Minimal settings per signature, merged, each with its shortest witness.
-    ``make_trace(occurrence, signature)`` records the witness as a trace."""
+def by_severity(classes) -> list:
+    """Worst first; within a severity, the order ``classes_from`` gives."""
+    return sorted(classes, key=lambda c: c.severity.rank)
+
+
+def classes_from(occurrences: dict[Signature, list[Occurrence]], make_trace, affected=None) -> list[ViolationClass]:
+    """Minimal settings per signature, merged, each with its shortest witness, worst severity first.
+    ``make_trace(occurrence, signature)`` records the witness as a trace; ``affected(occurrence,
+    signature)``, when given, measures an eager fallback's share of serving dispatches."""
     out = []
     for sig, occs in occurrences.items():
         shortest: dict[frozenset, Occurrence] = {}
@@ -249,8 +347,9 @@ def classes_from(occurrences: dict[Signature, list[Occurrence]], make_trace) -> 
         groups = [({k: frozenset({v}) for k, v in d}, o) for d, o in minimal]
         for settings, o in _merge(groups):
             ordered = tuple(Setting(k, tuple(sorted(settings[k]))) for k in sorted(settings, key=_order))
-            out.append(ViolationClass(sig, ordered, make_trace(o, sig), o.step, o.message))
-    return sorted(out, key=lambda c: (c.signature, c.length, c.settings))
+            share = affected(o, sig) if affected is not None and sig.property == "P1" and sig.what == NO_CAPTURER else None
+            out.append(ViolationClass(sig, ordered, make_trace(o, sig), o.step, o.message, share))
+    return sorted(out, key=lambda c: (c.severity.rank, c.signature, c.length, c.settings))
 
 
 def of_records(records: list[StepRecord], scenario: Scenario, runner, check) -> list[tuple[Signature, int]]:
@@ -273,7 +372,7 @@ def of_trace(trace, policy) -> list[ViolationClass]:
     out, seen = [], set()
     for r in run.records:
         for sig, v in signatures(r, check(r, trace.scenario, policy.runner)):
-            if sig not in seen and sig.property != HALT:
+            if sig not in seen:
                 seen.add(sig)
                 out.append(ViolationClass(sig, settings, trace, r.index, v.message if v else ""))
-    return out
+    return by_severity(out)

@@ -11,6 +11,13 @@ capturer, but only the draft does so with breakable on.
 
 A scenario the base did not explore (another config revision draws other canonical scenarios)
 is judged by replaying the branch's witness on the base.
+
+Fewer violations can also mean fewer graphs. Every scenario of either side is run on the fixed
+serving script (``contract/core/graphs.py``) under both policies: where the branch serves fewer
+dispatches of a kind with a graph than the base, it has **lost graphs** (a section of its own,
+reduced to classes as the others are; ``exit_code`` fails on it unless lost graphs are allowed),
+and a base class the branch no longer shows in such a scenario is **traded**, not fixed: the
+violation went away because the graphs did.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ class BaseMismatch(PolicyError):
     """A base that cannot be compared with the branch (another runner); one line."""
 
 
+LOST = "lost graphs"
+SECTIONS = ("new", "lost", "traded", "fixed", "inherited")
+
+
 @dataclass
 class Differential:
     branch: str
@@ -37,14 +48,77 @@ class Differential:
     inherited: list[ViolationClass] = field(default_factory=list)
     branch_exploration: Exploration | None = None
     base_exploration: Exploration | None = None
+    traded: list[ViolationClass] = field(default_factory=list)  # gone where the branch lost graphs
+    lost: list[ViolationClass] = field(default_factory=list)  # signature LOST: kinds served by fewer graphs
 
     @property
     def nothing_new(self) -> bool:
         return not self.new
 
+    def exit_code(self, allow_lost_graphs: bool = False) -> int:
+        """1 when the branch adds a class, or loses graphs (unless allowed); else 0."""
+        return 1 if self.new or (self.lost and not allow_lost_graphs) else 0
+
+    def summary(self) -> str:
+        """``2 new, 1 lost graphs, 0 traded, 3 fixed, 5 inherited``, the order a reviewer reads."""
+        return (f"{len(self.new)} new, {len(self.lost)} lost graphs, {len(self.traded)} traded, "
+                f"{len(self.fixed)} fixed, {len(self.inherited)} inherited")
+
     def to_json(self) -> dict:
-        return {"branch": self.branch, "base": self.base,
-                **{k: [c.to_json() for c in getattr(self, k)] for k in ("new", "fixed", "inherited")}}
+        out = {"branch": self.branch, "base": self.base,
+               **{k: [c.to_json() for c in getattr(self, k)] for k in ("new", "fixed", "inherited", "traded")}}
+        out["lost_graphs"] = [c.to_json() for c in self.lost]
+        return out
+
+
+def lost_signature(kind: str) -> Signature:
+    from contract.core.graphs import ROLE
+
+    return Signature(LOST, ROLE[kind], "-", f"fewer {kind} dispatches served by a graph")
+
+
+def lost_occurrence(index: int, scenario, base_records, branch_records) -> dict[Signature, Occurrence]:
+    """The kinds the branch serves with fewer graphs than the base on the serving script, each at
+    the first step where a dispatch of that kind loses its graph."""
+    from contract.core.graphs import coverage, dispatch_kind, lost_kinds, served
+
+    base_cov, branch_cov = coverage(base_records), coverage(branch_records)
+    out = {}
+    for kind in lost_kinds(base_cov, branch_cov):
+        step = len(branch_records) - 1
+        for a, b in zip(base_records, branch_records):
+            mine = [served(d) for d in b.dispatches if dispatch_kind(b.event, d) == kind]
+            theirs = [served(d) for d in a.dispatches if dispatch_kind(a.event, d) == kind]
+            if sum(mine) < sum(theirs) or len(mine) < len(theirs):
+                step = b.index
+                break
+        a_s, a_t = base_cov.kinds().get(kind, (0, 0))
+        b_s, b_t = branch_cov.kinds().get(kind, (0, 0))
+        message = (f"{kind}: {b_s} of {b_t} dispatches served by a graph on the branch, {a_s} of {a_t} on the "
+                   f"base (serving script: {branch_cov.text()}; base: {base_cov.text()})")
+        out[lost_signature(kind)] = Occurrence(index, scenario, tuple(r.event for r in branch_records), step, message)
+    return out
+
+
+def lost_graphs(branch: Policy, base: Policy, scenarios) -> dict[Signature, list[Occurrence]]:
+    """Per lost kind, every scenario where the branch serves fewer dispatches with a graph."""
+    from contract.core.graphs import run_script
+
+    found: dict[Signature, list[Occurrence]] = {}
+    for index, scenario in enumerate(scenarios):
+        for sig, o in lost_occurrence(index, scenario, run_script(scenario, base), run_script(scenario, branch)).items():
+            found.setdefault(sig, []).append(o)
+    return found
+
+
+def split_traded(fixed: dict[Signature, list[Occurrence]], lost_scenarios) -> tuple[dict, dict]:
+    """Fixed occurrences where the branch loses no graph, and those where it does (traded)."""
+    kept: dict = {}
+    traded: dict = {}
+    for sig, occs in fixed.items():
+        for o in occs:
+            (traded if o.scenario in lost_scenarios else kept).setdefault(sig, []).append(o)
+    return kept, traded
 
 
 def shows(policy: Policy, scenario, events, sig) -> bool:
@@ -83,8 +157,13 @@ def compare(branch: Policy, base: Policy, depth: int = DEFAULT_DEPTH,
     theirs = base_exploration or explore(base, depth, classify=True)
     inherited, new = _split(mine, theirs, base)
     _, fixed = _split(theirs, mine, branch)
+    scenarios = list(dict.fromkeys([*mine.scenario_list, *theirs.scenario_list]))
+    lost = lost_graphs(branch, base, scenarios)
+    fixed, traded = split_traded(fixed, {o.scenario for occs in lost.values() for o in occs})
     return Differential(branch.name, base.name,
                         new=witnessed_classes(new, branch, depth),
                         fixed=witnessed_classes(fixed, base, depth),
                         inherited=witnessed_classes(inherited, branch, depth),
-                        branch_exploration=mine, base_exploration=theirs)
+                        branch_exploration=mine, base_exploration=theirs,
+                        traded=witnessed_classes(traded, base, depth),
+                        lost=witnessed_classes(lost, branch, depth))

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from contract.core.classes import Occurrence, Signature, ViolationClass, classes_from, signatures
+from contract.core.classes import Occurrence, Signature, ViolationClass, classes_from, rejection, signatures
 from contract.core.coverage import Cell, cells_of
 from contract.core.policy import Policy
+from contract.core.observation import StepRecord
 from contract.core.properties import PROPERTIES, Violation, check, verdict_difference
 from contract.core.engine import enabled, initial_state, step
 from contract.core.scenario import Scenario
@@ -42,6 +43,8 @@ class Exploration:
     # with ``classify``: per signature, its shortest witness in every scenario that shows it
     occurrences: dict[Signature, list[Occurrence]] = field(default_factory=dict)
     scenario_list: list[Scenario] = field(default_factory=list)
+    # with ``classify``: vLLM's accepted rejections (not classes), minimal settings and shortest witness each
+    rejections: list[ViolationClass] = field(default_factory=list)
 
     def classes_of(self, prop: str) -> list[ViolationClass]:
         return [c for c in self.classes if c.signature.property == prop]
@@ -70,12 +73,18 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
     wanted = set(only or PROPERTIES) | ({"halt"} if base is not None else set())
     found: dict[str, tuple[int, object, object, Violation]] = {}
     occurrences: dict[Signature, list[Occurrence]] = {}
+    rejected: dict[Signature, list[Occurrence]] = {}
     for index, scenario in enumerate(scenarios):
         graph = nx.DiGraph()
         events = policy.engine.alphabet(scenario)
         root = ("root",)
         state = initial_state(scenario, policy)
         base_state = initial_state(scenario, base) if base is not None else None
+        if classify and base is None and state.halted:
+            # VllmConfig refused the settings before any step (a ValueError with advice)
+            refused = rejection(StepRecord(0, None, halted=state.halted))
+            if refused is not None:
+                rejected.setdefault(refused, []).append(Occurrence(index, scenario, (), 0, state.halted))
         nodes = {root: (state, base_state)}
         graph.add_node(root)
         frontier = deque([(root, 0)])
@@ -104,12 +113,14 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
                     graph.add_edge(node, key, event=event)
                     frontier.append((key, level + 1))
                 if classify and base is None and (violations or rec.halted):
-                    for sig, v in signatures(rec, violations):
+                    refused = rejection(rec)
+                    found_here = signatures(rec, violations) + ([(refused, None)] if refused else [])
+                    for sig, v in found_here:
                         if sig not in shown:
                             shown.add(sig)
                             path = nx.shortest_path(graph, root, node)
                             trail = tuple(graph.edges[a, b]["event"] for a, b in zip(path, path[1:])) + (event,)
-                            occurrences.setdefault(sig, []).append(Occurrence(
+                            (rejected if sig is refused else occurrences).setdefault(sig, []).append(Occurrence(
                                 index, scenario, trail, level, v.message if v else rec.halted))
                 for v in violations:
                     if v.property in wanted and (v.property not in found or found[v.property][0] > level + 1):
@@ -127,6 +138,7 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
             origin={"engine": "explorer", "depth": depth})
     result.occurrences = occurrences
     result.classes = witnessed_classes(occurrences, policy, depth)
+    result.rejections = witnessed_classes(rejected, policy, depth)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -134,9 +146,12 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
 def witnessed_classes(occurrences: dict[Signature, list[Occurrence]], policy: Policy,
                       depth: int = DEFAULT_DEPTH) -> list[ViolationClass]:
     """The classes of a set of occurrences, each witness recorded as a trace under ``policy``."""
+    from contract.core.graphs import affected_share, run_script
+
     out = classes_from(occurrences, lambda o, sig: record(
         o.scenario, policy, list(o.events), prop=sig.property if sig.property in PROPERTIES else None,
-        origin={"engine": "explorer", "depth": depth}))
+        origin={"engine": "explorer", "depth": depth}),
+        affected=lambda o, sig: affected_share(run_script(o.scenario, policy), o.scenario, policy.runner, sig))
     for c in out:
         c.witness.name = f"{policy.name}-{c.id}"
     return out

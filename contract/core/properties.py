@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from contract.core import halts
 from contract.core.events import LoadModel
-from contract.core.modes import FULL, NONE, PIECEWISE
+from contract.core.modes import FULL, NONE, PIECEWISE, AttentionCGSupport
 from contract.core.observation import Action, Dispatch, LayerKind, StepRecord
 from contract.core.scenario import Runner, Scenario
 
@@ -121,6 +122,78 @@ def replay_stability(scenario: Scenario, runner: Runner, d: Dispatch) -> str | N
     return None
 
 
+def liveness(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    """vLLM does not stop on a configuration its own validation accepted. An accepted rejection
+    (a ``ValueError`` with advice from ``VllmConfig``, resolve or adaptive verification's check,
+    ``contract/core/halts.py``) is not a violation; any other stop is, at start-up or when serving
+    by the step it raises in."""
+    if not record.halted or halts.kind(record.halted) is halts.HaltKind.REJECTED:
+        return []
+    where = halts.phase(record.event.kind)
+    dispatch = next((i for i, d in enumerate(record.dispatches) if d.error), None)
+    return [Violation("P0", record.index, f"vLLM stops {'when serving' if where == 'serving' else 'at start-up'} "
+                      f"({record.event.kind}) on a configuration its validation accepted: {record.halted}",
+                      dispatch)]
+
+
+def layers_support(scenario: Scenario, role: str) -> AttentionCGSupport:
+    """The minimum ``AttentionCGSupport`` of the backends a forward of ``role`` runs: the scenario's
+    minimum, except for the target's layers when the weaker backend serves the draft layers only."""
+    if role == "target" and scenario.attention_support_draft_only:
+        return AttentionCGSupport.ALWAYS
+    return scenario.attention_support
+
+
+def served_batch(desc) -> tuple[str, int | None]:
+    """What batches a FULL graph keyed by ``desc`` is replayed for: ``("uniform", k)`` (k tokens per
+    request), ``("varlen", L)`` (decode batches of 1..L tokens per request) or ``("any", None)``.
+    MRV1 ``BatchDescriptor``: ``uniform`` keys hold ``num_tokens / num_reqs`` tokens per request
+    (``v1/cudagraph_dispatcher.py:130-154``); MRV2 ``BatchExecutionDescriptor``: ``uniform_token_count``,
+    else ``max_query_len`` (``34:v1/worker/gpu/cudagraph_utils.py:115-142``)."""
+    utc = getattr(desc, "uniform_token_count", None)
+    if utc is not None:
+        return "uniform", utc
+    if getattr(desc, "uniform", False) and desc.num_reqs:
+        return "uniform", desc.num_tokens // desc.num_reqs
+    mql = getattr(desc, "max_query_len", None)
+    if mql is not None:
+        return "varlen", mql
+    return "any", None
+
+
+def allows(support: AttentionCGSupport, batch: tuple[str, int | None], varlen_bound: bool) -> bool:
+    """``AttentionCGSupport`` (``34:v1/attention/backend.py:545-563``): ALWAYS any batch,
+    UNIFORM_BATCH uniform batches, UNIFORM_SINGLE_TOKEN_DECODE uniform batches of one token per
+    request, NEVER none; a varlen-decode graph needs ALWAYS or a declared varlen bound
+    (``get_varlen_cudagraph_unsupported_backend``, ``34:v1/worker/gpu/attn_utils.py:371-402``)."""
+    shape, k = batch
+    if support is AttentionCGSupport.ALWAYS:
+        return True
+    if shape == "uniform":
+        return support is AttentionCGSupport.UNIFORM_BATCH or (
+            support is AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE and k == 1)
+    if shape == "varlen":
+        return varlen_bound and support is not AttentionCGSupport.NEVER
+    return False
+
+
+def shape_legality(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    if d.runtime_mode != FULL or not any(a.action in (Action.CAPTURED, Action.REPLAYED) for a in d.acting):
+        return None
+    support = layers_support(scenario, d.role)
+    batch = served_batch(d.batch_descriptor)
+    if allows(support, batch, scenario.varlen_decode_bound):
+        return None
+    shape, k = batch
+    served = {"uniform": f"uniform batches of {k} token{'s' if k != 1 else ''} per request",
+              "varlen": f"decode batches of 1..{k} tokens per request" + (
+                  "" if scenario.varlen_decode_bound else " (no backend declares a varlen bound)"),
+              "any": "any batch"}[shape]
+    action = next(a for a in d.acting if a.action in (Action.CAPTURED, Action.REPLAYED)).action.value
+    return (f"{_where(d)}: a FULL graph {action} for {served}, which the {d.role}'s attention "
+            f"({support.name}) cannot replay")
+
+
 def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
     if not isinstance(record.event, LoadModel):
         return []
@@ -135,6 +208,11 @@ def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -
 PROPERTIES: dict[str, Property] = {
     p.id: p
     for p in (
+        Property("P0", "liveness",
+                 "vLLM does not stop on a configuration its validation accepted: a ValueError with advice from "
+                 "VllmConfig, resolve or adaptive verification's check is an accepted rejection; an assertion, the "
+                 "capture guard's RuntimeError or any later exception stops vLLM at start-up or when serving",
+                 liveness),
         Property("P1", "one-capturer",
                  "every non-NONE dispatch is captured or replayed by exactly one capturing layer: 0 is a "
                  "silent eager fallback, 2 or more a nested capture",
@@ -157,6 +235,11 @@ PROPERTIES: dict[str, Property] = {
                  _per_dispatch(replay_stability, "P5")),
         Property("P6", "unwrap", "get_model()/unwrap() of the target and drafter stacks reaches the raw model",
                  unwrap_reaches_raw),
+        Property("P7", "shape-legality",
+                 "a FULL graph is captured or replayed only for batches the minimum AttentionCGSupport of the "
+                 "backends it runs allows (ALWAYS any, UNIFORM_BATCH uniform, UNIFORM_SINGLE_TOKEN_DECODE one token "
+                 "per request, NEVER none); a varlen-decode graph needs ALWAYS or a declared varlen bound",
+                 _per_dispatch(shape_legality, "P7")),
     )
 }
 

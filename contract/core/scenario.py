@@ -94,6 +94,20 @@ class Scenario:
     # on CUDA (34:config/vllm.py:3252-3254), off with --no-enable-extensible-kv-cache (and where
     # vLLM finds it unsupported). Only 0.34.0's MRV2 reads it; 0.33.0 has no such setting.
     extensible_kv_cache: bool = True
+    # Adaptive verification's second attention capability (MRV2, with a drafter and adaptive
+    # verification only). ``varlen_decode_bound``: the non-ALWAYS backends declare the varlen bound
+    # vLLM's own builders declare, ``get_varlen_cudagraph_max_query_len() == max_decode_query_len``
+    # (the widest query any forward builds; ``34:v1/attention/backend.py:565-583,629-650``), so a
+    # FULL graph of decode batches of 1..q tokens per request is theirs to replay. No
+    # UNIFORM_SINGLE_TOKEN_DECODE builder declares one (``34:…/backends/flashinfer.py:1257-1279``),
+    # so the setting needs UNIFORM_BATCH. ``attention_support_draft_only``: the backend with the
+    # minimum ``attention_support`` serves the draft model's layers only (a separate draft backend,
+    # ``speculative_config.attention_backend``, ``34:config/speculative.py:503``); the target's
+    # layers are ALWAYS. Resolve reads the minimum over every group, draft layers included
+    # (``34:v1/worker/gpu/attn_utils.py:322-347``); adaptive verification's check reads the target's
+    # layers only (``target_attn_layer_names``, ``34:v1/worker/gpu/model_runner.py:711-718``).
+    varlen_decode_bound: bool = False
+    attention_support_draft_only: bool = False
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -113,6 +127,15 @@ class Scenario:
             return "speculator and draft_compiled describe a drafter with a model"
         if self.adaptive_verification and not has_spec:
             return "adaptive_verification needs a drafter"
+        if self.varlen_decode_bound and not (self.adaptive_verification
+                                             and self.attention_support is AttentionCGSupport.UNIFORM_BATCH):
+            return ("varlen_decode_bound describes UNIFORM_BATCH backends under adaptive verification (no other "
+                    "builder declares a bound)")
+        if self.attention_support_draft_only and not (
+                self.adaptive_verification and self.drafter is DrafterKind.WITH_MODEL
+                and self.attention_support is not AttentionCGSupport.ALWAYS):
+            return ("attention_support_draft_only describes a weaker draft backend under adaptive verification "
+                    "(a drafter with a model, attention_support below ALWAYS)")
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -165,7 +188,8 @@ class Scenario:
 
 
 # Fields added after the first trace format; a trace without them reads as their defaults.
-OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache")
+OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache",
+                   "varlen_decode_bound", "attention_support_draft_only")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.
@@ -190,7 +214,17 @@ class Config:
 
 
 class ConfigRejected(Exception):
-    """vLLM refuses the configuration (an assertion or ``ValueError`` at start-up)."""
+    """vLLM refuses the configuration at config time. ``halted`` is the model's text for it: a
+    ``ValueError`` with advice is an accepted rejection (``config rejected: ...``); an assertion is
+    a crash after validation, written as vLLM raises it (``AssertionError: ...``, P0)."""
+
+    def __init__(self, message: str, assertion: bool = False):
+        super().__init__(message)
+        self.assertion = assertion
+
+    @property
+    def halted(self) -> str:
+        return f"AssertionError: {self}" if self.assertion else f"config rejected: {self}"
 
 
 def post_init(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_30) -> Config:
@@ -202,7 +236,8 @@ def post_init(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_3
     - ``set_splitting_ops_for_v1`` (``config/compilation.py:1162-1258``): without VLLM_COMPILE a
       ``None`` becomes ``[]``; under VLLM_COMPILE ``None`` becomes every attention op, and an
       explicit ``[]`` turns PIECEWISE into NONE and FULL_AND_PIECEWISE into FULL;
-    - final CUDA assert: piecewise modes need VLLM_COMPILE or breakable (``config/vllm.py:2166-2178``);
+    - final CUDA assert: piecewise modes need VLLM_COMPILE or breakable (``config/vllm.py:2166-2178``),
+      an ``AssertionError`` (P0 if reached; no modelled scenario reaches it);
     - adaptive verification requires full CUDA graphs (``_validate_adaptive_verification``,
       ``34:config/vllm.py:3283-3288``).
     """
@@ -232,7 +267,9 @@ def post_init(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_3
     if mode.requires_piecewise_compilation() and not (
         compilation_mode == CompilationMode.VLLM_COMPILE or scenario.breakable
     ):
-        raise ConfigRejected(f"cudagraph_mode={mode.name} needs VLLM_COMPILE or breakable")
+        # An assert in VllmConfig.__post_init__, not a ValueError: a crash, not a rejection.
+        raise ConfigRejected("Compilation mode should be CompilationMode.VLLM_COMPILE when cudagraph_mode piecewise "
+                             f"cudagraphs is used (cudagraph_mode={mode.name})", assertion=True)
     if scenario.adaptive_verification and not mode.has_full_cudagraphs():
         raise ConfigRejected("Adaptive verification requires full CUDA graphs")
     return Config(

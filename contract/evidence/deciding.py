@@ -77,6 +77,9 @@ SETTING_NAMES: dict[str, frozenset[str]] = {
     "draft_compiled": frozenset({"has_compiled_submodule"}),
     "adaptive_verification": frozenset({"enable_adaptive_verification", "adaptive_verification"}),
     "extensible_kv_cache": frozenset({"enable_extensible_kv_cache"}),
+    "varlen_decode_bound": frozenset({"get_varlen_cudagraph_max_query_len", "get_varlen_cudagraph_unsupported_backend"}),
+    "attention_support_draft_only": frozenset({"target_layer_names", "target_attn_layer_names", "checked_layer_names",
+                                               "draft_attn_layer_names"}),
 }
 # The classes of a setting's values: their methods are predicates of a mode, so a difference
 # inside one is the differing mode itself.

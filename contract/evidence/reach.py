@@ -24,6 +24,9 @@ Each scenario setting maps to something a user sets (``contract/core/scenario.py
   the release's source (``model_facts.json``): whether its class reaches an active
   ``@support_torch_compile`` class.
 - ``extensible_kv_cache``: on by default on CUDA in 0.34.0; ``--no-enable-extensible-kv-cache``.
+- ``attention_support_draft_only``: ``speculative_config.attention_backend`` names the weaker
+  backend for the draft model's layers, the target on the ALWAYS one; ``varlen_decode_bound`` needs a
+  backend no stored checkpoint and GPU pins, so it is reported as not stored.
 
 The checkpoints are the public Hugging Face repositories whose ``config.json`` the project keeps in
 ``hf_configs/`` (``hf_configs/README.md``); a setting only other checkpoints reach is reported as
@@ -194,8 +197,21 @@ def reach(s: Scenario, release: str) -> Reach:
     env.append(("VLLM_USE_BREAKABLE_CUDAGRAPH", "1" if s.breakable else "0"))
 
     level = s.attention_support.name
+    if s.varlen_decode_bound:
+        return not_stored(release, "a UNIFORM_BATCH backend that declares a varlen bound (FlashInfer's trtllm-gen "
+                                   "varlen decode, Mamba2/GDN layers) is not among the stored backends")
+    draft_backend = None
+    if s.attention_support_draft_only:
+        if level == "NEVER":
+            return not_stored(release, "attention support NEVER comes from Llama 4's chunked local attention, not a "
+                                       "backend a draft model can be given")
+        # the target on the ALWAYS backend, the draft's layers on the weaker one
+        draft_backend = LEVEL_BACKEND[level][0]
+        level = "ALWAYS"
     backend, attention_config = LEVEL_BACKEND[level]
-    caps = capabilities_for(level, release)
+    if draft_backend is not None:
+        attention_config = LEVEL_BACKEND[s.attention_support.name][1]
+    caps = capabilities_for(s.attention_support.name, release)
     if not caps:
         return not_reachable(release, f"no NVIDIA GPU makes {backend} report {level} with --attention-config "
                                       f"{variant_name(attention_config)} (release_facts.json support_by_capability)")
@@ -251,6 +267,11 @@ def reach(s: Scenario, release: str) -> Reach:
             speculative["enforce_eager"] = True
         if s.adaptive_verification:
             speculative["enable_adaptive_verification"] = True
+        if draft_backend is not None:
+            # config/speculative.py (33:444, 34:503): the draft model's own attention backend
+            speculative["attention_backend"] = draft_backend
+            notes.append(f"the draft model's layers run {draft_backend} ({s.attention_support.name}), the target's "
+                         f"{backend} (ALWAYS): adaptive verification's check reads the target's layers only")
     if not s.extensible_kv_cache:
         if minor < 34:
             return not_reachable(release, "the extensible KV cache exists from 0.34.0")

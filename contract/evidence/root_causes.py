@@ -107,11 +107,10 @@ def statement_key(statement: dict) -> tuple[str, str, str]:
 # -- kinds -----------------------------------------------------------------------------------------
 
 def kind_of(signature: dict) -> dict:
-    """The violation kind of a class signature: its property and what happened (a halt: the
-    exception's name), not its role or mode."""
-    if signature.get("property") == "halt":
-        return {"property": "halt", "what": signature.get("what", ""),
-                "detail": str(signature.get("detail", "")).split(":")[0].strip()}
+    """The violation kind of a class signature: its property and what happened, not its role or
+    mode; a stop (P0, or ``halt`` in data traced before P0) by its exception's name alone."""
+    if signature.get("property") in ("halt", "P0"):
+        return {"property": "P0", "detail": str(signature.get("detail", "")).split(":")[0].strip()}
     return {"property": signature["property"], "what": signature["what"]}
 
 
@@ -120,7 +119,7 @@ def kind_matches(wanted: dict, signature: dict) -> bool:
 
 
 def kind_text(kind: dict) -> str:
-    text = f"{kind['property']}: {kind['what']}"
+    text = f"{kind['property']}: {kind.get('what', 'vLLM stops')}"
     return text + (f" ({kind['detail']})" if kind.get("detail") else "")
 
 
@@ -291,7 +290,7 @@ class RootCause:
     @property
     def severity(self) -> severity.Severity:
         signatures = [e.signature for e in self.entries] or ([self.kind] if self.known else [])
-        return max(severity.of(s) for s in signatures)
+        return severity.worst(severity.of(s) for s in signatures)
 
     @property
     def classes(self) -> list[Unit]:
@@ -340,7 +339,7 @@ def _found(cause: RootCause, entry: Entry) -> int | None:
 
 def ordered(causes: list[RootCause]) -> list[RootCause]:
     """Worst first, then the most releases and runners confirmed, then by id."""
-    return sorted(causes, key=lambda c: (-c.severity.rank, -len({(e.release, e.runner) for e in c.entries}), c.id))
+    return sorted(causes, key=lambda c: (c.severity.rank, -len({(e.release, e.runner) for e in c.entries}), c.id))
 
 
 # -- the matrix ------------------------------------------------------------------------------------
@@ -366,15 +365,14 @@ def _shows(trace, policy_name: str, signature: dict) -> bool | None:
 
     policy = load_policy(policy_name)
     run = Run(trace.scenario, policy)
-    wanted = {k: v for k, v in signature.items() if k != "detail"}
+    wanted = (kind_of(signature), signature.get("role"), signature.get("runtime_mode"))
     for event in trace.events:
         if not run.can(event):
             return None if not run.records else False
         record = run.apply(event)
         for sig, _ in signatures(record, check(record, trace.scenario, policy.runner)):
-            got = {k: v for k, v in sig.to_json().items() if k != "detail"}
-            if got == wanted and (signature.get("property") != "halt"
-                                  or str(sig.detail).startswith(str(signature.get("detail", "")).split(":")[0])):
+            got = sig.to_json()
+            if (kind_of(got), got.get("role"), got.get("runtime_mode")) == wanted:
                 return True
     return False
 

@@ -46,7 +46,7 @@ NOT_REPLAYED = "reading: not replayed on real vLLM yet"
 
 @dataclass(frozen=True)
 class Status:
-    kind: str  # "known, fixed upstream", "new", "refuted", "reading", "halt"
+    kind: str  # "known, fixed upstream", "new", "refuted", "reading", "replayed"
     text: str
 
 
@@ -98,8 +98,8 @@ def status(trace: Trace, conformance: dict, trace_path: str = "") -> Status:
     first = affected[0]
     fixed = [c.release for c in cells if c.state == matrix.FIXED and c.release > first]
     ran = what_ran(trace, " and ".join(affected))
-    if trace.property is None:  # a halt class: vLLM stopping is the observation, not a violation
-        return Status("halt", f"vLLM stops at this step as the model says: confirmed {ran}")
+    if trace.property is None:  # no property (a differential's lost graphs): the steps are the observation
+        return Status("replayed", f"vLLM does at these steps what the model says: confirmed {ran}")
     modelled = {matrix.release_policy(r, trace.scenario.runner) for r in matrix.RELEASES}
     if trace.policy not in modelled:
         return Status("reading", f"reading: `{trace.policy}` models no released vLLM; the same events are "

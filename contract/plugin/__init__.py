@@ -6,7 +6,9 @@ runs in vLLM's own CI: the tree's ``load_model`` wrapping block is verified exha
 explorer) and compared with the base (``--base`` of the command line: a release, a built-in
 policy, a policy file or a tree; ``auto`` by default). Every *new* class becomes an item
 ``cudagraph_contract::new::<class>`` whose failure message is the class and its shortest witness;
-with nothing new one passing item says so. ``--cudagraph-contract-profile ci`` also runs the
+with nothing new one passing item says so. Every kind of dispatch the branch serves with fewer
+CUDA graphs than the base (lost graphs) is an item ``cudagraph_contract::lost-graphs::<class>``,
+failing unless ``--cudagraph-contract-allow-lost-graphs``. ``--cudagraph-contract-profile ci`` also runs the
 Hypothesis machine and fails on a counterexample whose class the base does not show.
 
 Only code the person names runs: the tree given, and ``.py`` policy files given with
@@ -32,6 +34,8 @@ def pytest_addoption(parser) -> None:
                     help="mrv1 or mrv2: which model runner of the tree to read (auto: the tree's own)")
     group.addoption("--cudagraph-contract-profile", metavar="NAME", default=None,
                     help="also run the Hypothesis machine with this profile (ci, dev, thorough)")
+    group.addoption("--cudagraph-contract-allow-lost-graphs", action="store_true", default=False,
+                    help="a branch serving fewer dispatches with a CUDA graph than the base passes (listed, not failed)")
 
 
 class ContractItem(pytest.Item):
@@ -88,12 +92,17 @@ def _items(session, config) -> list[ContractItem]:
             chosen = base_mod.resolve(spec, policy, tree)
             base = chosen.policy
             d = compare(policy, base)
-            config._cudagraph_contract_lines.append(f"{policy.name}: {chosen.said}; {len(d.new)} new, "
-                                                     f"{len(d.fixed)} fixed, {len(d.inherited)} inherited")
-            for c in d.new:
+            config._cudagraph_contract_lines.append(f"{policy.name}: {chosen.said}; {d.summary()}")
+            for c in d.new:  # worst severity first
                 items.append(ContractItem.from_parent(
                     session, name=f"cudagraph_contract::{policy.name}::new::{c.id}",
-                    outcome=f"new in {policy.name} (not in {base.name}): {witness_text(c)}"))
+                    outcome=f"new in {policy.name} (not in {base.name}), {c.severity_text}: {witness_text(c)}"))
+            allow = config.getoption("--cudagraph-contract-allow-lost-graphs")
+            for c in d.lost:
+                items.append(ContractItem.from_parent(
+                    session, name=f"cudagraph_contract::{policy.name}::lost-graphs::{c.id}",
+                    outcome=None if allow else f"lost graphs in {policy.name} (against {base.name}; pass "
+                                               f"--cudagraph-contract-allow-lost-graphs to accept): {witness_text(c)}"))
             if not d.new:
                 items.append(ContractItem.from_parent(
                     session, name=f"cudagraph_contract::{policy.name}::nothing-new", outcome=None))

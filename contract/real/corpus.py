@@ -2,7 +2,8 @@
 ``reports/``, and a covering set generated from the model.
 
 Each runner family generates its corpus (``contract/runners/*/real/conform.py``): its scenarios
-under one fixed event script: start-up (``load_model``, ``profile_run``, ``profile_cudagraph_memory`` where the runner runs it,
+under one fixed event script (``contract/core/graphs.py``'s ``script``, on which graph coverage is
+counted): start-up (``load_model``, ``profile_run``, ``profile_cudagraph_memory`` where the runner runs it,
 ``resolve``, ``capture_model``), then ``execute_model`` for every token count of the domain,
 uniform or not (uniform only where the count is a multiple of the query length), with and
 without ``force_eager`` at 2 tokens, then ``propose`` for every token count when a drafter with a
@@ -20,14 +21,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
-from contract.core.policy import Policy
 from contract.core.engine import Run
-from contract.core.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Runner, Scenario
+from contract.core.graphs import FORCE_EAGER_AT, script
+from contract.core.policy import Policy
+from contract.core.scenario import DrafterKind, Runner, Scenario
 from contract.core.trace import SCHEMA, Trace
 
 SPEC_QUERY_LENS = (2, 3)
-FORCE_EAGER_AT = 2
+__all__ = ["FORCE_EAGER_AT", "script"]
 
 
 def file_traces(root: Path) -> list[Path]:
@@ -43,19 +44,6 @@ def file_traces(root: Path) -> list[Path]:
         except (ValueError, UnicodeDecodeError, AttributeError):
             continue
     return paths
-
-
-def script(scenario: Scenario) -> list:
-    q = scenario.uniform_decode_query_len
-    events: list = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
-    for n in NUM_TOKENS_DOMAIN:
-        for uniform in (False, True) if n % q == 0 else (False,):
-            events.append(ExecuteModel(n, uniform))
-            if n == FORCE_EAGER_AT:
-                events.append(ExecuteModel(n, uniform, force_eager=True))
-    if scenario.drafter is DrafterKind.WITH_MODEL:
-        events.extend(Propose(n) for n in NUM_TOKENS_DOMAIN)
-    return events
 
 
 def runnable_events(scenario: Scenario, policy: Policy) -> list:
@@ -78,6 +66,7 @@ def cells(trace: Trace) -> set[tuple]:
     if s.runner is Runner.MRV2 and s.drafter is DrafterKind.WITH_MODEL:
         # MRV2 builds a different speculator per method, each with its own managers and steps.
         scenario_class += (s.speculator.name,)
+
     resolved = None
     out: set[tuple] = set()
     for step in trace.expected_steps:
@@ -87,6 +76,10 @@ def cells(trace: Trace) -> set[tuple]:
             out.add((scenario_class, resolved, d["role"], d["runtime_mode"], acting, d["ran_eager"]))
         if step.get("halted"):
             out.add((scenario_class, resolved, "halted", step["halted"]))
+    # at least one trace per property the model says a trace violates, and per adaptive-verification
+    # attention setting (their observations are other scenarios', their verdicts and checks are not)
+    out |= {("violates", v["property"]) for v in trace.expected_violations}
+    out |= {("setting", name) for name in ("varlen_decode_bound", "attention_support_draft_only") if getattr(s, name)}
     return out
 
 

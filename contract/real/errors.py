@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import re
 
-from contract.core.halts import CAPTURE_GUARD_ERROR, NESTED_BREAKABLE_ERROR
+from contract.core.halts import (
+    ADAPTIVE_PROFILE_ERROR,
+    ADAPTIVE_REJECTED,
+    CAPTURE_GUARD_ERROR,
+    NESTED_BREAKABLE_ERROR,
+    RESOLVE_REJECTED,
+)
 
-_EXACT_PREFIXES = (CAPTURE_GUARD_ERROR, NESTED_BREAKABLE_ERROR.rstrip("."))
+# vLLM's first line starts with the model's text; the rest is advice.
+_EXACT_PREFIXES = {CAPTURE_GUARD_ERROR: CAPTURE_GUARD_ERROR, NESTED_BREAKABLE_ERROR.rstrip("."): NESTED_BREAKABLE_ERROR,
+                   ADAPTIVE_PROFILE_ERROR: ADAPTIVE_PROFILE_ERROR}
 
 # resolve_cudagraph_mode_and_sizes (config/compilation.py:1403-1417, :1495-1500 in 0.30.0):
 # "CUDAGraphMode.FULL is not supported with SIM_ATTN backend (support: AttentionCGSupport.NEVER)..."
@@ -19,6 +27,9 @@ _NOT_SUPPORTED = re.compile(
 )
 # adjust_cudagraph_sizes_for_spec_decode (config/compilation.py:1582-1588)
 _NO_SIZES = re.compile(r"No valid cudagraph sizes after rounding to multiple of (\d+)")
+# maybe_create_adaptive_verification_manager (33:…/spec_decode/adaptive_verification.py:539-545,
+# 34:…:633-639): "... query lengths vary up to 3, but SIM_ATTN_UNIFORM_BATCH allows none. Pass ..."
+_VARLEN = re.compile(r"query lengths vary up to (\d+), but (?:SIM_ATTN_)?(\w+) allows (none|at most \d+)")
 # _dummy_run's capture-run assertion (v1/worker/gpu_model_runner.py:5980-5986)
 _MISMATCH = re.compile(r"Cudagraph runtime mode mismatch in dummy_run\. Expected (?:CUDAGraphMode\.)?(\w+)")
 
@@ -36,19 +47,24 @@ _STAND_IN_MODEL = re.compile(r"\bTiny(?:Compiled)?(?:Draft)?Model: ")
 def normalise(exc: BaseException) -> str:
     """An exception raised while a wrapper, the dispatcher or the runner's steps ran."""
     line = _STAND_IN_MODEL.sub("", first_line(exc))
-    for prefix in _EXACT_PREFIXES:
+    for prefix, text in _EXACT_PREFIXES.items():
         if line.startswith(prefix):
-            return CAPTURE_GUARD_ERROR if prefix == CAPTURE_GUARD_ERROR else NESTED_BREAKABLE_ERROR
+            return text
     if m := _MISMATCH.search(str(exc)):
         return f"AssertionError: Cudagraph runtime mode mismatch in dummy_run: {m.group(1)}"
     return line
 
 
 def resolve_rejected(exc: BaseException) -> str:
-    """``ValueError`` from ``resolve_cudagraph_mode_and_sizes`` as the model's ``ResolveRejected``."""
+    """A ``ValueError`` of ``initialize_kv_cache``: resolve's as the model's ``ResolveRejected``,
+    adaptive verification's check as the model's accepted rejection (``contract/core/halts.py``)."""
     text = str(exc)
+    if m := _VARLEN.search(text):
+        return f"{ADAPTIVE_REJECTED}query lengths vary up to {m.group(1)}, but a {m.group(2)} backend allows {m.group(3)}"
+    if "Adaptive verification" in text:
+        return f"{ADAPTIVE_REJECTED}{first_line(exc)}"
     if m := _NOT_SUPPORTED.search(text):
-        return f"resolve rejected: CUDAGraphMode.{m.group(1)} is not supported (support: {m.group(2)})"
+        return f"{RESOLVE_REJECTED}CUDAGraphMode.{m.group(1)} is not supported (support: {m.group(2)})"
     if m := _NO_SIZES.search(text):
-        return f"resolve rejected: No valid cudagraph sizes after rounding to multiple of {m.group(1)}"
-    return f"resolve rejected: {first_line(exc)}"
+        return f"{RESOLVE_REJECTED}No valid cudagraph sizes after rounding to multiple of {m.group(1)}"
+    return f"{RESOLVE_REJECTED}{first_line(exc)}"

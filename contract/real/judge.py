@@ -2,7 +2,7 @@
 
 The replay (``replay.py``) reports each step in ``StepRecord.to_json`` form, read from the real
 wrappers and the simulated CUDA layer. Here those dicts become ``StepRecord``s again and go
-through the same P1–P6 checks (``contract/core/properties.py``) and class signatures
+through the same P0–P7 checks (``contract/core/properties.py``) and class signatures
 (``contract/core/classes.py``), so a branch's change in resolve, the dispatcher or the wrappers shows
 up as a class even where the model has no such change.
 

@@ -52,12 +52,20 @@ class SpeculativeStandIn:
     draft_sample_method: str = "greedy"
     use_local_argmax_reduction: bool = False
     draft_decode_context_parallel_size: int | None = None
+    parallel_drafting: bool = False  # SpeculativeConfig's default; 0.33's max_decode_query_len reads it
 
     def use_eagle(self) -> bool:
         return self.method == "eagle"
 
     def uses_draft_model(self) -> bool:
         return self.method == "draft_model"
+
+    @property
+    def max_num_new_slots_for_drafting(self) -> int:
+        """``33:config/speculative.py:2057-2097`` without parallel drafting (34: the speculator
+        config's, ``standalone_ar/config.py:24``): the draft-model input keeps one unsliced token.
+        Read by ``max_decode_query_len``, the varlen bound vLLM's builders declare."""
+        return 1 if self.uses_draft_model() else 0
 
     def uses_extract_hidden_states(self) -> bool:
         return False

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from contract.core.output import write_atomic
 
-SECTIONS = ("new", "fixed", "inherited")
+SECTIONS = ("new", "lost", "traded", "fixed", "inherited")
+LABELS = {"new": "new", "lost": "lost graphs", "traded": "traded", "fixed": "fixed", "inherited": "inherited"}
 
 
 def witness_files(folder: Path, run) -> dict[tuple[str, str], Path]:
@@ -30,11 +31,15 @@ def markdown(run, folder: Path) -> str:
              f"- Modules taken from the tree: {', '.join(f'`{m}`' for m in run.tree_modules) or 'none'}",
              f"- Replayed: {len(run.traces)} traces ({run.selection.why})", "", "## What the tree changes", ""]
     lines += [f"- {line.strip()}" for line in r.lines("conform")[1:]] or ["- nothing"]
-    lines += ["", f"## Classes: {len(d.new)} new, {len(d.fixed)} fixed, {len(d.inherited)} inherited", ""]
+    lines += ["", f"## Classes: {d.summary()}", "",
+              "Worst severity first. Lost graphs: traces where vLLM's code on the tree serves fewer dispatches of a "
+              "kind with a CUDA graph than the release (each trace is the same serving script); traded: a class the "
+              "release shows and the tree does not, in a trace where the tree lost graphs.", ""]
     files = witness_files(folder, run)
     for key in SECTIONS:
         for c in getattr(d, key):
-            lines.append(f"- **{key}**: {c.title} — witness [`{key}/{c.id}.json`]({files[(key, c.id)].relative_to(folder)})"
+            lines.append(f"- **{LABELS[key]}** ({c.severity_text}): {c.title} — witness "
+                         f"[`{key}/{c.id}.json`]({files[(key, c.id)].relative_to(folder)})"
                          f" ({c.length} events: {c.events_text}): {c.message}")
     lines += ["", f"## Steps where vLLM's observation differs ({len(run.changes)})", ""]
     if run.changes:

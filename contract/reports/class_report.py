@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.core.classes import ViolationClass, signatures
+from contract.core.differential import LOST
 from contract.evidence import decision_lines, matrix, serve, status
 from contract.evidence.release_facts import committed
 from contract.reports.markdown import mermaid, step_list
@@ -55,9 +56,13 @@ def header(p: ClassPage) -> list[str]:
     lines = [f"# `{p.policy.name}`: {c.title}", ""]
     if prop is not None:
         lines += [f"**{c.signature.property} {prop.name}: {prop.protects}.**", ""]
+    elif c.signature.property == LOST:
+        lines += ["**Lost graphs: on the fixed serving script the branch serves fewer dispatches of this kind with a "
+                  "CUDA graph than its base does.**", ""]
     else:
         lines += ["**vLLM stops on a step that violates no property.**", ""]
     lines += [
+        f"- Severity: {c.severity_text}",
         f"- What happened: {c.signature.what}" + (f" ({c.signature.detail})" if c.signature.detail else ""),
         f"- Role and runtime mode: {c.signature.role}, {c.signature.runtime_mode}",
         f"- Smallest settings it occurs under: {c.where}",
@@ -115,36 +120,66 @@ def write_class(out: Path, folder: str, policy: Policy, c: ViolationClass, confo
 
 def class_index(policy_name: str, classes: list[ViolationClass]) -> list[str]:
     lines = [f"## `{policy_name}`: {len(classes)} classes", "",
-             "| property | role | runtime mode | what happened | smallest settings | witness |", "|---|---|---|---|---|---|"]
+             "| severity | property | role | runtime mode | what happened | smallest settings | witness |",
+             "|---|---|---|---|---|---|---|"]
     for c in classes:
         s = c.signature
         what = s.what + (f" ({s.detail})" if s.detail else "")
-        lines.append(f"| {s.property} | {s.role} | {s.runtime_mode} | [{what}]({policy_name}/classes/{c.id}.md) "
-                     f"| {c.where} | {c.length} events |")
+        lines.append(f"| {c.severity_text} | {s.property} | {s.role} | {s.runtime_mode} | "
+                     f"[{what}]({policy_name}/classes/{c.id}.md) | {c.where} | {c.length} events |")
     return lines + [""]
+
+
+def rejections_index(policy_name: str, rejections: list[ViolationClass]) -> list[str]:
+    """vLLM's accepted rejections under a policy: not classes (a ValueError with advice at start-up
+    is vLLM refusing what it cannot run), each with the settings that reach it and why it counts."""
+    from contract.core.halts import reason
+
+    lines = [f"### `{policy_name}`: {len(rejections)} accepted rejection{'s' if len(rejections) != 1 else ''}", ""]
+    if not rejections:
+        return lines + ["- none", ""]
+    lines += ["| vLLM refuses with | smallest settings | at | why it is accepted |", "|---|---|---|---|"]
+    for c in rejections:
+        at = c.witness.events[-1].kind if c.witness.events else "VllmConfig"
+        lines.append(f"| {c.signature.detail} | {c.where} | {at} | {reason(c.message or c.signature.detail)} |")
+    return lines + [""]
+
+
+DIFFERENTIAL_SECTIONS = (
+    ("new", "New in `{branch}`", "branch"),
+    ("lost", "Lost graphs in `{branch}`", "branch"),
+    ("traded", "Traded by `{branch}`", "base"),
+    ("fixed", "Fixed by `{branch}`", "base"),
+    ("inherited", "Inherited from `{base}`", "branch"),
+)
 
 
 def differential_page(d, chosen: str) -> str:
     lines = [f"# `{d.branch}` against `{d.base}`", "", chosen + ".", "",
-             f"{len(d.new)} new, {len(d.fixed)} fixed, {len(d.inherited)} inherited."
-             + (" Nothing new." if not d.new else ""), "",
+             d.summary() + "." + (" Nothing new." if not d.new else "") + (" Graphs lost." if d.lost else ""), "",
              "A class is new when the base, in the same scenario, does not show it; fixed when the base shows it "
-             "and the branch does not; inherited when both do. Each links to its page with the shortest witness.", ""]
-    for key, heading in (("new", f"New in `{d.branch}`"), ("fixed", f"Fixed by `{d.branch}`"),
-                         ("inherited", f"Inherited from `{d.base}`")):
+             "and the branch does not, and the branch serves as many dispatches with a graph there as the base; "
+             "traded when the base shows it and the branch does not, but the branch serves fewer dispatches with a "
+             "graph there (the violation went away because the graphs did); inherited when both do. Lost graphs: "
+             "scenarios where the branch serves fewer dispatches of a kind (target mixed, target uniform decode, "
+             "draft prefill, draft decode) with a graph than the base, on the same serving script. Worst severity "
+             "first; each links to its page with the shortest witness.", ""]
+    for key, heading, _ in DIFFERENTIAL_SECTIONS:
         classes = getattr(d, key)
-        lines += [f"## {heading}: {len(classes)}", ""]
-        lines += [f"- [{c.title}](differential/{key}/{c.id}.md) ({c.length} events)" for c in classes] or ["- none"]
+        lines += [f"## {heading.format(branch=d.branch, base=d.base)}: {len(classes)}", ""]
+        lines += [f"- {c.severity_text}: [{c.title}](differential/{key}/{c.id}.md) ({c.length} events)"
+                  + (f" — {c.message}" if key == "lost" else "") for c in classes] or ["- none"]
         lines.append("")
     return "\n".join(lines)
 
 
 def write_differential(out: Path, d, chosen: str, branch: Policy, base: Policy,
                        conformance: dict) -> list[Path]:
-    """``out/<branch>/differential.md`` and a page per new, fixed and inherited class."""
+    """``out/<branch>/differential.md`` and a page per new, lost-graphs, traded, fixed and inherited class."""
     folder = out / d.branch
     written = []
-    for key, policy in (("new", branch), ("fixed", base), ("inherited", branch)):
+    for key, _, side in DIFFERENTIAL_SECTIONS:
+        policy = branch if side == "branch" else base
         for c in getattr(d, key):
             written += write_class(out, f"{d.branch}/differential/{key}", policy, c, conformance)
     write_atomic(folder / "differential.md", differential_page(d, chosen))

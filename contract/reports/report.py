@@ -152,14 +152,24 @@ def _classes_section(results: list[PolicyResult]) -> list[str]:
     """Every violation class the explorer enumerated, per policy, linked to its page."""
     from contract.reports.class_report import class_index
 
+    from contract.reports.class_report import rejections_index
+
     lines = ["", "## Violation classes", "",
              "One class per cause: the property, role, runtime mode and what happened, under the smallest "
              "scenario settings that show it (deviations from vLLM's defaults), each with its own shortest "
-             "counterexample. *halt* classes are steps where vLLM stops without violating a property.", ""]
+             "counterexample, worst severity first: crash at start-up, crash when serving, wrong result, graph "
+             "captured at serving time, silent eager fallback (with the share of its scenario's serving "
+             "dispatches), log only. A stop of vLLM is a P0 class unless it is an accepted rejection (below).", ""]
     for r in results:
         lines.append(f'<a id="{r.policy.name.replace("_", "")}-classes"></a>')
         lines.append("")
         lines += class_index(r.policy.name, r.exploration.classes)
+    lines += ["## Accepted rejections", "",
+              "Where vLLM's start-up validation refuses the settings with a ValueError that says what to change "
+              "(`VllmConfig`, resolve, adaptive verification's check). These are vLLM declining what it cannot run, "
+              "not violations: no class, no page.", ""]
+    for r in results:
+        lines += rejections_index(r.policy.name, r.exploration.rejections)
     return lines[:-1]
 
 

@@ -323,7 +323,7 @@ def identified_by(cause: rc.RootCause) -> str:
 def page(view: View) -> str:
     cause = view.cause
     lines = [f"# {cause.id}", "", f"**{cause.title}**", "",
-             f"- severity: **{cause.severity.name}** ({rc.kind_text(cause.kind)})",
+             f"- severity: **{cause.severity.label}** ({rc.kind_text(cause.kind)})",
              f"- affected (confirmed): {affected_text(view)}",
              f"- status: {view.status()}",
              f"- mechanism: {mechanism(view)}",
@@ -349,7 +349,7 @@ def triage(views: list[View]) -> list[str]:
         "| # | root cause | severity | affected (confirmed) | status | mechanism |", "|---|---|---|---|---|---|",
     ]
     for i, v in enumerate(views, 1):
-        lines.append(f"| {i} | [{v.id}]({FOLDER}/{v.id}.md) | {v.cause.severity.name} | {affected_text(v)} "
+        lines.append(f"| {i} | [{v.id}]({FOLDER}/{v.id}.md) | {v.cause.severity.label} | {affected_text(v)} "
                      f"| {v.status()} | {mechanism(v)} |")
     return lines + [
         "", "A root cause is a violation kind and an *anchor*: a statement of vLLM's code that the line tracer "
@@ -357,7 +357,7 @@ def triage(views: list[View]) -> list[str]:
         "non-violating neighbour) of every class grouped under it, on the release the class is from. The root "
         "causes under `fixes/` name their anchors in `fix.json`; a class that matches none is a root cause of its "
         "own, named by its first deciding statement (`contract/evidence/root_causes.py`). Severity follows the "
-        "violation kind (`contract/evidence/severity.py`). Each page has the affected matrix (0.28.0–0.34.0 × "
+        "violation kind (`contract/core/classes.py`, `contract/evidence/severity.py`). Each page has the affected matrix (0.28.0–0.34.0 × "
         "runner × role, each cell with how it was obtained), since when, the reproduction, the deciding lines "
         "per release, the classes, the replay's evidence and the fix.", ""]
 

@@ -33,7 +33,8 @@ def _padded_batch_descriptor(d: DispatcherState, num_tokens: int, uniform_decode
     """``_create_padded_batch_descriptor`` (``:130-154``); uses the ``__init__`` query length."""
     padded = padded_size(num_tokens, d.cudagraph_capture_sizes)
     if uniform_decode and d.cudagraph_mode.has_mode(FULL):
-        assert padded % d.uniform_decode_query_len == 0, "num_tokens_padded % uniform_decode_query_len != 0"
+        if padded % d.uniform_decode_query_len != 0:
+            raise AssertionError("num_tokens_padded % uniform_decode_query_len != 0")
         return BatchDescriptor(padded, min(padded // d.uniform_decode_query_len, MAX_NUM_SEQS), True)
     return BatchDescriptor(padded, min(padded, MAX_NUM_SEQS), False)
 
@@ -86,7 +87,8 @@ def dispatch(
     allowed = set(valid_modes or CUDAGraphMode.valid_runtime_modes())
     if invalid_modes:
         allowed -= set(invalid_modes)
-    assert allowed, "No allowed cudagraph modes"
+    if not allowed:
+        raise AssertionError("No allowed cudagraph modes")
     if (
         not d.keys_initialized
         or d.cudagraph_mode == NONE
@@ -102,7 +104,8 @@ def dispatch(
     relaxed = replace(desc, num_reqs=None, uniform=False)
     if PIECEWISE in allowed and (PIECEWISE, relaxed) in d.keys:
         return PIECEWISE, relaxed
-    assert NONE in allowed, "No matching cudagraph found and NONE is not allowed"
+    if NONE not in allowed:
+        raise AssertionError("No matching cudagraph found and NONE is not allowed")
     return NONE, BatchDescriptor(num_tokens)
 
 
@@ -128,13 +131,18 @@ def drafter_cudagraph_mode(target_mode: CUDAGraphMode, spec_enforce_eager: bool)
 
 
 def normalise(scenario: Scenario, revision: ConfigRevision = ConfigRevision.V0_30) -> Config:
-    """``post_init``, then the MRV1 ``CudagraphDispatcher`` constructor assert (``v1/cudagraph_dispatcher.py:48-60``)."""
+    """``post_init``, then the MRV1 ``CudagraphDispatcher`` constructor assert (``v1/cudagraph_dispatcher.py:48-60``),
+    an ``AssertionError`` raised while ``GPUModelRunner.__init__`` builds the dispatcher."""
     config = post_init(scenario, revision)
     mode = config.cudagraph_mode
     attention_compiled_piecewise = (config.compilation_mode == CompilationMode.VLLM_COMPILE
                                     and config.splitting_ops_contain_attention)
     if mode.requires_piecewise_compilation() and not (attention_compiled_piecewise or scenario.breakable):
+        # An assert in the runner's constructor, after VllmConfig accepted the settings: a crash
+        # at start-up (P0), not a rejection. No modelled scenario reaches it.
         raise ConfigRejected(
-            f"CudagraphDispatcher: cudagraph_mode={mode.name} needs attention compiled piecewise"
+            "Compilation mode should be CompilationMode.VLLM_COMPILE when cudagraph_mode piecewise cudagraphs is "
+            f"used, and attention should be in splitting_ops (CudagraphDispatcher, cudagraph_mode={mode.name})",
+            assertion=True,
         )
     return config

@@ -61,6 +61,9 @@ class RunnerState:
     resolved: bool = False
     captured: bool = False
     halted: str | None = None
+    # An assertion while the config and the runner are built (``ConfigRejected.assertion``): vLLM
+    # stops at its first start-up step, which the trace's load_model step reports (P0 start-up).
+    config_error: str | None = None
 
 
 def initial_state(scenario: Scenario, policy: Policy) -> RunnerState:
@@ -70,7 +73,9 @@ def initial_state(scenario: Scenario, policy: Policy) -> RunnerState:
     try:
         config = policy.normalise(scenario, policy.config_revision)
     except ConfigRejected as exc:
-        return RunnerState(None, NONE, (), DispatcherState(q), drafter, halted=f"config rejected: {exc}")
+        if exc.assertion:
+            return RunnerState(None, NONE, (), DispatcherState(q), drafter, config_error=exc.halted)
+        return RunnerState(None, NONE, (), DispatcherState(q), drafter, halted=exc.halted)
     return RunnerState(config, config.cudagraph_mode, config.cudagraph_capture_sizes, DispatcherState(q), drafter)
 
 
@@ -328,7 +333,9 @@ def step(scenario: Scenario, policy: Policy, state: RunnerState, event: Event, i
 
 def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, event: Event) -> dict:
     record_extra: dict = {}
-    if isinstance(event, LoadModel):
+    if isinstance(event, LoadModel) and state.config_error:
+        st.set(halted=state.config_error)
+    elif isinstance(event, LoadModel):
         ctx = LoadContext(
             cudagraph_mode=state.cudagraph_mode,
             breakable=scenario.breakable,

@@ -105,6 +105,13 @@ def _spec_decode_check_skipped(mode, config, support, q, v2, sizes, available=Tr
     return replace(resolved, cudagraph_capture_sizes=sizes)
 
 
+def _decode_keys_not_uniform(d, cudagraph_mode, capture_sizes, uniform_decode_query_len=1):
+    """FULL decode keys registered without ``uniform=True``: each serves any batch of its size."""
+    d = dispatcher.initialize_cudagraph_keys(d, cudagraph_mode, capture_sizes, uniform_decode_query_len)
+    keys = frozenset((m, replace(k, uniform=False)) if m == FULL and k.uniform else (m, k) for m, k in d.keys)
+    return replace(d, keys=keys)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("breakable_match_any_nested", "vllm_0_30", "policy",
            "BreakableCUDAGraphWrapper installed with runtime_mode=None inside CUDAGraphWrapper(FULL): a FULL "
@@ -137,7 +144,7 @@ MUTANTS: tuple[Mutant, ...] = (
            build=_load(recursive_unwrap=False)),
     Mutant("breakable_acts_on_none", "vllm_0_30", "wrapper",
            "the breakable wrapper's gate forgets the NONE check and captures NONE dispatches",
-           kills=frozenset(['P2']),
+           kills=frozenset(['P0', 'P2']),
            build=replacing(wrapper_acts=_breakable_acts_on_none)),
     Mutant("entry_key_num_tokens", "vllm_0_29", "wrapper",
            "entries keyed by num_tokens instead of the batch descriptor: a match-any wrapper replays the FULL "
@@ -146,21 +153,27 @@ MUTANTS: tuple[Mutant, ...] = (
            build=replacing(entry_key=_key_by_num_tokens)),
     Mutant("entries_never_stored", "vllm_0_30", "wrapper",
            "a capture never stores its entry: every dispatch of a descriptor captures again",
-           kills=frozenset(['P4', 'P5']),
+           kills=frozenset(['P0', 'P4', 'P5']),
            build=replacing(entry_key=_never_stored)),
     Mutant("dispatch_mislabels_piecewise", "vllm_0_30", "dispatcher",
            "the dispatcher labels a PIECEWISE key FULL: the run reaches no FULL-capable layer",
-           kills=frozenset(['P1', 'halt']),
+           kills=frozenset(['P0', 'P1', 'halt']),
            build=replacing(dispatch=_mislabel_piecewise_as_full)),
     Mutant("dispatch_size_limit_inclusive", "vllm_0_30", "dispatcher",
            "`num_tokens >= max_cudagraph_capture_size` sends the largest capture size to NONE; capture_model's "
            "re-dispatch then disagrees with the descriptor it captures",
-           kills=frozenset(['P1', 'halt']),
+           kills=frozenset(['P0', 'P1', 'halt']),
            build=replacing(dispatch=_size_limit_inclusive)),
     Mutant("dispatch_ignores_uniform_decode", "vllm_0_30", "dispatcher",
            "uniform_decode dropped before padding: FULL uniform-decode keys are never dispatched",
-           kills=frozenset(['halt']),
+           kills=frozenset(['P0', 'halt']),
            build=replacing(dispatch=_uniform_never_padded)),
+    Mutant("decode_keys_not_uniform", "vllm_0_30", "dispatcher",
+           "initialize_cudagraph_keys registers the FULL uniform-decode keys with uniform=False: under "
+           "FULL_DECODE_ONLY or FULL_AND_PIECEWISE a mixed batch of a key's size replays the FULL graph, which an "
+           "attention backend below ALWAYS cannot serve",
+           kills=frozenset(['P7', 'P0']),
+           build=replacing(initialize_cudagraph_keys=_decode_keys_not_uniform)),
     Mutant("drafter_full_maps_to_none", "vllm_0_30", "dispatcher",
            "the drafter maps a FULL target to NONE instead of PIECEWISE: the drafter never dispatches PIECEWISE "
            "under FULL (this removes the capture-outside-window hazard, so verdicts change)",
@@ -169,7 +182,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("drafter_keeps_target_mode", "vllm_0_30", "dispatcher",
            "the drafter dispatcher takes the target mode as is: a FULL target makes the drafter dispatch FULL, "
            "which its PIECEWISE-scoped wrapper passes through",
-           kills=frozenset(['P1', 'P4']),
+           kills=frozenset(['P1', 'P4', 'halt']),
            build=replacing(drafter_cudagraph_mode=_drafter_keeps_target_mode)),
     Mutant("resolve_no_upgrade", "vllm_0_30", "resolve",
            "FULL with less than ALWAYS support always falls to FULL_DECODE_ONLY (no FULL_AND_PIECEWISE upgrade)",
@@ -180,8 +193,9 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P1']),
            build=replacing(resolve=_upgrade_without_splitting)),
     Mutant("resolve_ignores_spec_decode", "vllm_0_30", "resolve",
-           "step 4 (spec-decode with q > 1 needs UNIFORM_BATCH support) skipped",
-           kills=frozenset(['P1']),
+           "step 4 (spec-decode with q > 1 needs UNIFORM_BATCH support) skipped: FULL uniform-decode graphs of q "
+           "tokens per request under UNIFORM_SINGLE_TOKEN_DECODE (P7)",
+           kills=frozenset(['P1', 'P7']),
            build=replacing(resolve=_spec_decode_check_skipped)),
     Mutant("compile_at_resolve", "vllm_0_30", "compile",
            "inner PIECEWISE wrappers decided at resolve time from the resolved mode instead of at the first "
@@ -190,7 +204,7 @@ MUTANTS: tuple[Mutant, ...] = (
            build=replacing(compile_at_first_forward=False)),
     Mutant("capture_window_never_closed", "vllm_0_30", "capture-window",
            "capture_model leaves set_cudagraph_capturing_enabled(True): a runtime capture succeeds silently "
-           "instead of raising",
-           kills=frozenset(['P4', 'halt']),
+           "instead of raising (the release's P0 at serving goes away)",
+           kills=frozenset(['P0', 'P4', 'halt']),
            build=replacing(capture_model_closes_window=False)),
 )

@@ -35,7 +35,8 @@ class CUDAGraphWrapper:
     recursive_unwrap: bool = True
 
     def __post_init__(self) -> None:
-        assert self.runtime_mode != NONE, "CUDAGraphWrapper requires runtime_mode != NONE (cuda_graph.py:196)"
+        if self.runtime_mode == NONE:
+            raise AssertionError("CUDAGraphWrapper requires runtime_mode != NONE (cuda_graph.py:196)")
 
     @property
     def label(self) -> str:

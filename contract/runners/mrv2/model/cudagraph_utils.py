@@ -110,7 +110,8 @@ def split_decode_request_sizes(capture_sizes: tuple[int, ...], target_q: int) ->
 
 def decode_cudagraph_capture_grid(max_requests: int) -> list[int]:
     """``34:config/compilation.py:122-126`` for ``max_requests`` <= 6: every count."""
-    assert max_requests <= 6
+    if max_requests > 6:
+        raise AssertionError()
     return list(range(1, max_requests + 1))
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract.core.forward_context import BatchDescriptor
+from contract.core.halts import ADAPTIVE_PROFILE_ERROR, ADAPTIVE_REJECTED
 from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
@@ -65,6 +66,8 @@ class RunnerState:
     resolved: bool = False
     captured: bool = False
     halted: str | None = None
+    config_error: str | None = None  # an assertion at config time: load_model reports the stop (P0)
+    adaptive_verification: bool = False  # maybe_create_adaptive_verification_manager built a manager
 
 
 def has_compiled_submodule(scenario: Scenario, config: Config, draft: bool = False) -> bool:
@@ -88,7 +91,9 @@ def initial_state(scenario: Scenario, policy) -> RunnerState:
     try:
         config = policy.post_init(scenario, policy.config_revision)
     except ConfigRejected as exc:
-        return RunnerState(None, NONE, halted=f"config rejected: {exc}")
+        if exc.assertion:
+            return RunnerState(None, NONE, config_error=exc.halted)
+        return RunnerState(None, NONE, halted=exc.halted)
     return RunnerState(config, config.cudagraph_mode)
 
 
@@ -261,7 +266,16 @@ class _Step:
         s, p, st = self.scenario, self.policy, self.state
         available = p.piecewise_capture_available(s.breakable, has_compiled_submodule(s, st.config))
         mode = st.cudagraph_mode
-        if s.adaptive_verification and p.resolve_adaptive_cudagraph_mode is not None:
+        manager = s.adaptive_verification
+        if manager and p.adaptive_verification_check is not None:
+            # maybe_create_adaptive_verification_manager runs before the rewrite and resolve, in
+            # every initialize_kv_cache (33:…/model_runner.py:703 vs :752, 34:…:738 vs :788).
+            rejected = p.adaptive_verification_check(s)
+            if rejected:
+                self.set(f"{ADAPTIVE_REJECTED}{rejected}", halted=f"{ADAPTIVE_REJECTED}{rejected}")
+                return
+        self.set(adaptive_verification=manager)
+        if manager and p.resolve_adaptive_cudagraph_mode is not None:
             mode = p.resolve_adaptive_cudagraph_mode(mode, available)
             if mode != st.cudagraph_mode:
                 self.changes.append(f"adaptive verification: cudagraph_mode {st.cudagraph_mode.name} -> {mode.name}")
@@ -332,6 +346,14 @@ class _Step:
             self.capture_manager("target", max_full=max_full)
         if not self.state.halted and s.drafter is DrafterKind.WITH_MODEL:
             spec_decode.capture(self, s, spec_decode.SpeculatorManagers(self.state.prefill, self.state.decode))
+        if (not self.state.halted and max_full is None and self.state.adaptive_verification
+                and self.policy.adaptive_verification_profiles and st.target is not None
+                and st.target.capture_descs and not self.state.target.graphs):
+            # Adaptive verification's cost profiling (not under memory profiling's profile_only):
+            # batches_to_profile(captured_token_counts()) of the FULL graphs alone, then
+            # set_cost_curves raises on empty curves (33:…/model_runner.py:1140-1146,
+            # 34:…:1195-1199, 1224-1234; 34:…/adaptive_verification.py:305-363).
+            self.halt(ADAPTIVE_PROFILE_ERROR)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -387,7 +409,9 @@ def step(scenario: Scenario, policy, state: RunnerState, event: Event, index: in
 def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Event) -> dict:
     extra: dict = {}
     has_drafter = scenario.drafter is DrafterKind.WITH_MODEL
-    if isinstance(event, LoadModel):
+    if isinstance(event, LoadModel) and state.config_error:
+        st.set(halted=state.config_error)
+    elif isinstance(event, LoadModel):
         st.set("model loaded unwrapped", loaded=True)
         extra["stacks"] = {"target": "model"} | ({"drafter": "drafter.model"} if has_drafter else {})
         extra["unwrap"] = dict(extra["stacks"])

@@ -3,6 +3,9 @@ timing, each changed in one place (``contract/core/mutant.py``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from contract.core import resolve
 from contract.core.modes import FULL
 from contract.core.mutant import Mutant, replacing
 
@@ -23,6 +26,12 @@ def _draft_decode_target_mode(target_mode):
     return target_mode
 
 
+def _spec_decode_downgrade_skipped(mode, config, support, q, v2, sizes, available=True):
+    """Resolve without step 4 (decode FULL with q > 1 needs UNIFORM_BATCH): resolved as for q = 1."""
+    resolved = resolve.resolve_cudagraph_mode_and_sizes(mode, config, support, 1, v2, sizes, available)
+    return replace(resolved, cudagraph_capture_sizes=sizes)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("mrv2_breakable_runner_full", "mrv2_0_34", "manager",
            "init_breakable_cg_runner builds the runner with runtime_mode=FULL: PIECEWISE dispatches pass it and "
@@ -38,7 +47,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("mrv2_pw_available_ignores_compiled", "mrv2_0_33", "resolve",
            "piecewise_capture_available ignores has_compiled_submodule: an undecorated model keeps PIECEWISE "
            "through resolve and ModelCudaGraphManager.capture's backstop stops the engine",
-           kills=frozenset(['P1', 'halt']),
+           kills=frozenset(['P0', 'P1', 'halt']),
            build=replacing(piecewise_capture_available=_available_regardless)),
     Mutant("mrv2_use_breakable_cg_ignores_has_piecewise", "mrv2_0_34", "manager",
            "use_breakable_cg = is_breakable_cudagraph_enabled(cc), without has_piecewise_cudagraphs()",
@@ -53,7 +62,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("mrv2_draft_decode_takes_target_mode", "mrv2_0_34", "speculator",
            "the draft decode manager takes the target's mode instead of FULL_DECODE_ONLY/NONE: draft decodes "
            "dispatch PIECEWISE, which the decode manager has no breakable runner for",
-           kills=frozenset(['P1', 'halt']),
+           kills=frozenset(['P0', 'P1', 'halt']),
            build=replacing(draft_decode_mode=_draft_decode_target_mode)),
     Mutant("mrv2_multi_module_key_fn_dropped", "mrv2_0_33", "speculator",
            "multi-module MTP's breakable runner built without key_fn: module step 1 replays the graph captured "
@@ -73,9 +82,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("mrv2_adaptive_verification_skipped", "mrv2_0_34", "resolve",
            "resolve_adaptive_cudagraph_mode not applied: FULL is not rewritten to FULL_AND_PIECEWISE, which hides "
            "lead L1 under adaptive verification, and a mode resolve lowered to PIECEWISE no longer trips its "
-           "full-graphs assertion at the second initialize_kv_cache",
-           kills=frozenset(['P1', 'halt']),
+           "full-graphs assertion at the second initialize_kv_cache (the release's P0 at start-up)",
+           kills=frozenset(['P0', 'P1', 'halt']),
            build=replacing(resolve_adaptive_cudagraph_mode=None)),
+    Mutant("mrv2_resolve_skips_spec_decode_downgrade", "mrv2_0_34", "resolve",
+           "resolve keeps decode FULL with q > 1 under UNIFORM_SINGLE_TOKEN_DECODE (step 4 skipped): the managers "
+           "capture FULL uniform graphs of q tokens per request the backend cannot replay",
+           kills=frozenset(['P7', 'P1']),
+           build=replacing(resolve=_spec_decode_downgrade_skipped)),
+    Mutant("mrv2_0_33_draft_prefill_varlen", "mrv2_0_33", "speculator",
+           "0.33's draft prefill manager takes adaptive verification's varlen decode descriptors (as 0.34's does): "
+           "the draft layers' UNIFORM_BATCH backend, which declares no varlen bound and which vLLM's check never "
+           "reads, gets FULL graphs of decode batches of 1..q tokens per request",
+           kills=frozenset(['P7']),
+           build=replacing(draft_prefill_varlen=True)),
     Mutant("mrv2_compile_at_resolve", "mrv2_0_33", "compile",
            "inner PIECEWISE wrappers decided from the resolved mode instead of the load-time mode at the first "
            "forward: hides lead L1",

@@ -34,10 +34,28 @@ def piecewise_capture_available(breakable: bool, has_compiled_submodule: bool) -
 def resolve_adaptive_cudagraph_mode(mode: CUDAGraphMode, piecewise_capture_available: bool) -> CUDAGraphMode:
     """``33:…/spec_decode/adaptive_verification.py:36-43``, ``34:…:37-44``: FULL_DECODE_ONLY stays, no
     piecewise capture gives FULL_DECODE_ONLY, anything else (FULL included) FULL_AND_PIECEWISE."""
-    assert mode.has_full_cudagraphs()
+    if not mode.has_full_cudagraphs():  # an assert in vLLM; raised here under python -O too
+        raise AssertionError()
     if mode == FULL_DECODE_ONLY or not piecewise_capture_available:
         return FULL_DECODE_ONLY
     return FULL_AND_PIECEWISE
+
+
+def varlen_cudagraph_unsupported(scenario) -> str | None:
+    """``maybe_create_adaptive_verification_manager``'s varlen check (``33:…/spec_decode/adaptive_verification.py:513-545``,
+    ``34:…:607-650``): every checked group that is not ALWAYS must declare
+    ``get_varlen_cudagraph_max_query_len() >= q`` (``get_varlen_cudagraph_unsupported_backend``,
+    ``34:v1/worker/gpu/attn_utils.py:371-402``; NEVER never does). A draft model's own layers are not
+    checked (``target_attn_layer_names``, ``34:…/model_runner.py:711-718``). The refusal's text, as
+    ``contract/real/errors.py`` writes vLLM's ``ValueError``; None when the check passes."""
+    from contract.core.modes import AttentionCGSupport
+    from contract.core.properties import layers_support
+
+    support = layers_support(scenario, "target")
+    if support is AttentionCGSupport.ALWAYS or (scenario.varlen_decode_bound and support is not AttentionCGSupport.NEVER):
+        return None
+    return (f"query lengths vary up to {scenario.uniform_decode_query_len}, but a {support.name} backend "
+            "allows none")
 
 
 def draft_decode_mode(target_mode: CUDAGraphMode) -> CUDAGraphMode:
@@ -60,7 +78,15 @@ class Mrv2Policy:
     use_breakable_cg: Callable[[bool, CUDAGraphMode], bool] = use_breakable_cg
     piecewise_capture_available: Callable[[bool, bool], bool] = piecewise_capture_available
     resolve_adaptive_cudagraph_mode: Callable | None = resolve_adaptive_cudagraph_mode  # None: not applied
+    # maybe_create_adaptive_verification_manager's check; None: every backend accepted
+    adaptive_verification_check: Callable | None = varlen_cudagraph_unsupported
+    # capture_model times adaptive verification's dummy runs over the FULL graphs it captured and
+    # stops with RuntimeError when there are none (33:…/model_runner.py:1140-1146, 34:…:1195-1199)
+    adaptive_verification_profiles: bool = True
     draft_decode_mode: Callable[[CUDAGraphMode], CUDAGraphMode] = draft_decode_mode
+    # the draft prefill manager takes adaptive verification's varlen decode descriptors; None: as the
+    # release does (0.34 yes, 34:…/target_dependent_ar/speculator.py:42-53; 0.33 no, 33:…:89-96)
+    draft_prefill_varlen: bool | None = None
     breakable_runner_mode: CUDAGraphMode | None = None  # init_breakable_cg_runner passes no runtime_mode
     run_fullgraph_captures: bool = False  # run_fullgraph asserts the graph exists
     multi_module_key_fn: bool = True  # key_fn = spec_step_idx % num_layers

@@ -48,7 +48,7 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
     # classes only through has_compiled_submodule.
     return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator,
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
-            skips_profiling(scenario, policy))
+            skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only)
 
 
 def all_scenarios() -> list[Scenario]:
@@ -65,10 +65,26 @@ def all_scenarios() -> list[Scenario]:
                       splitting_ops=split, drafter=drafter, speculator=spec, draft_compiled=dc,
                       attention_support=support, uniform_decode_query_len=q, model_compiled=mc,
                       adaptive_verification=av, extensible_kv_cache=ext)
-        try:
-            out.append(Scenario(**fields))
-        except ValueError:
-            continue
+        for bound, draft_only in adaptive_attention(av, drafter, support):
+            try:
+                out.append(Scenario(**fields, varlen_decode_bound=bound, attention_support_draft_only=draft_only))
+            except ValueError:
+                continue
+    return out
+
+
+def adaptive_attention(adaptive: bool, drafter: DrafterKind, support: AttentionCGSupport) -> list[tuple[bool, bool]]:
+    """(varlen_decode_bound, attention_support_draft_only) pairs a scenario can take: both off, and
+    under adaptive verification a declared varlen bound (UNIFORM_BATCH) and a weaker draft-only
+    backend (a drafter with a model, support below ALWAYS)."""
+    out = [(False, False)]
+    if not adaptive:
+        return out
+    draft_only = drafter is DrafterKind.WITH_MODEL and support is not AttentionCGSupport.ALWAYS
+    bound = support is AttentionCGSupport.UNIFORM_BATCH
+    out += [(True, False)] if bound else []
+    out += [(False, True)] if draft_only else []
+    out += [(True, True)] if bound and draft_only else []
     return out
 
 
@@ -89,6 +105,12 @@ def scenarios():
                                          DrafterKind.WITHOUT_MODEL]))
         has_spec = drafter is not DrafterKind.NONE
         with_model = drafter is DrafterKind.WITH_MODEL
+        support = draw(hst.sampled_from(AttentionCGSupport))
+        adaptive = has_spec and draw(hst.sampled_from((False, True)))
+        # Only the pairs that apply are drawn, a weaker draft-only backend most often: they exist
+        # only under adaptive verification, so a field-by-field draw would rarely reach them.
+        pairs = adaptive_attention(adaptive, drafter, support)
+        bound, draft_only = draw(hst.sampled_from(pairs + [p for p in pairs if p[1]]))
         return Scenario(
             runner=Runner.MRV2,
             breakable=draw(hst.booleans()),
@@ -96,13 +118,15 @@ def scenarios():
             compilation_mode=draw(hst.sampled_from(CompilationMode)),
             splitting_ops=draw(hst.sampled_from(SplittingOps)),
             drafter=drafter,
-            attention_support=draw(hst.sampled_from(AttentionCGSupport)),
+            attention_support=support,
             uniform_decode_query_len=draw(hst.sampled_from((2, 3))) if has_spec else 1,
-            speculator=draw(hst.sampled_from(Speculator)) if with_model else Speculator.EAGLE,
+            speculator=draw(hst.sampled_from((Speculator.EAGLE, *Speculator))) if with_model else Speculator.EAGLE,
             model_compiled=draw(hst.sampled_from((True, True, False))),
             draft_compiled=draw(hst.booleans()) if with_model else True,
-            adaptive_verification=has_spec and draw(hst.sampled_from((False, False, True))),
+            adaptive_verification=adaptive,
             extensible_kv_cache=draw(hst.sampled_from((True, True, False))),
+            varlen_decode_bound=bound,
+            attention_support_draft_only=draft_only,
         )
 
     return draw_scenario()

@@ -68,7 +68,8 @@ def init_cudagraph_manager(scenario: Scenario, policy, target_mode: CUDAGraphMod
         # target's varlen decode descriptors under adaptive verification
         # (34:…/target_dependent_ar/speculator.py:42-52, 34:…/standalone_ar/speculator.py:62-72);
         # 0.33's has none (33:…/target_dependent_ar/speculator.py:89-96).
-        varlen = scenario.adaptive_verification and release == "0.34"
+        varlen = scenario.adaptive_verification and (release == "0.34" if policy.draft_prefill_varlen is None
+                                                     else policy.draft_prefill_varlen)
         prefill = manager(PREFILL, target_mode, prefill_query_len(scenario, release), varlen_decode=varlen)
         decode = manager(DECODE, policy.draft_decode_mode(target_mode), 1,
                          decode_request_sizes=draft_decode_request_sizes(scenario, release))

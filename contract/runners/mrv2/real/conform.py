@@ -22,6 +22,7 @@ from contract.core.policy import Policy
 from contract.core.scenario import DrafterKind, Runner, all_scenarios
 from contract.core.trace import Trace, TraceError, record
 from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPLAYED_WITHOUT_MODEL, REPLAYED_SPECULATORS
+from contract.runners.mrv2.model.space import adaptive_attention
 
 # The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
 # (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
@@ -31,7 +32,8 @@ from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPL
 def scenarios(policy: Policy) -> Iterator:
     """MRV2 scenarios, each with a compiled-class model and with an undecorated one
     (``model_compiled``); with a replayed speculator, each with a compiled and an uncompiled draft
-    class (``draft_compiled``, lead L2) and with and without adaptive verification; under a release
+    class (``draft_compiled``, lead L2) and with and without adaptive verification (with it, each
+    declared varlen bound and weaker draft-only backend that applies); under a release
     whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
     ``profile_cudagraph_memory`` captures. ``spec_enforce_eager`` is left at False: MRV2 never reads it."""
     kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
@@ -44,11 +46,14 @@ def scenarios(policy: Policy) -> Iterator:
             elif s.drafter is DrafterKind.WITH_MODEL and not s.spec_enforce_eager:
                 for speculator in sorted(REPLAYED_SPECULATORS, key=lambda v: v.name):
                     for draft_compiled, adaptive in ((True, False), (False, False), (True, True)):
-                        try:
-                            yield replace(s, speculator=speculator, draft_compiled=draft_compiled,
-                                          adaptive_verification=adaptive)
-                        except ValueError:
-                            continue
+                        # under adaptive verification, each varlen bound and draft-only backend too
+                        for bound, draft_only in adaptive_attention(adaptive, s.drafter, s.attention_support):
+                            try:
+                                yield replace(s, speculator=speculator, draft_compiled=draft_compiled,
+                                              adaptive_verification=adaptive, varlen_decode_bound=bound,
+                                              attention_support_draft_only=draft_only)
+                            except ValueError:
+                                continue
 
 
 def generated(policy: Policy) -> Iterator[Trace]:

@@ -38,11 +38,13 @@ _RUNNER_METHODS = ("get_model", "profile_cudagraph_memory", "capture_model", "ne
                    "gather_batch_req_state")
 _MANAGER_METHODS = ("__init__", "_init_candidates", "capture", "dispatch", "run_fullgraph", "run_pw_graph",
                     "init_breakable_cg_runner", "release_graphs", "needs_capture")
-_MODEL_RUNNER_GLOBALS = ("has_compiled_submodule", "resolve_adaptive_cudagraph_mode", "dispatch_cg_and_sync_dp",
+_MODEL_RUNNER_GLOBALS = ("has_compiled_submodule", "maybe_create_adaptive_verification_manager",
+                         "resolve_adaptive_cudagraph_mode", "dispatch_cg_and_sync_dp",
                          "set_forward_context", "_profile_cudagraph_memory", "get_uniform_decode_token_count")
 _CUDAGRAPH_UTILS_GLOBALS = ("set_forward_context", "graph_capture")
 # model_runner.Blocks field -> its decision point
 BLOCKS = {
+    "adaptive_verification": "GPUModelRunner.initialize_kv_cache (adaptive verification block)",
     "initialize_kv_cache": "GPUModelRunner.initialize_kv_cache (mode block)",
     "init_speculator_cudagraph_manager": "GPUModelRunner.initialize_kv_cache (speculator block)",
     "batch": "GPUModelRunner.execute_model (batch statements)",

@@ -1,6 +1,9 @@
 """Beside ``v1/worker/gpu/model_runner.py``: its mode- and capturer-deciding code, run unchanged.
 
-- ``initialize_kv_cache``: the statements from ``piecewise_capture_available = …`` to the
+- ``initialize_kv_cache``: the statements that name the target's attention layers and create the
+  adaptive verification manager, whose check refuses backends that cannot replay varlen decode
+  batches (``33:…:676-717``, ``34:…:711-752``; the groups are ``attention.py``'s stand-ins); the
+  statements from ``piecewise_capture_available = …`` to the
   ``ModelCudaGraphManager(...)`` construction (adaptive verification's rewrite, resolve, the new
   manager; ``33:…:748-774``, ``34:…:783-811``), and ``speculator.init_cudagraph_manager`` (``33:…:789-792``,
   ``34:…:826-829``);
@@ -40,6 +43,7 @@ RUNNER = "GPUModelRunner"
 
 @dataclass(frozen=True)
 class Blocks:
+    adaptive_verification: Block
     initialize_kv_cache: Block
     init_speculator_cudagraph_manager: Block
     batch: Block
@@ -56,6 +60,13 @@ class Blocks:
 
 def load(module) -> Blocks:
     return Blocks(
+        adaptive_verification=cut(
+            module, RUNNER, "initialize_kv_cache",
+            [("target_attn_layer_names = None", "if isinstance(self.speculator, DraftModelSpeculator):"),
+             ("additional_attn_cg_support = self.model_state.get_additional_cg_support()", None),
+             ("self.adaptive_verification = maybe_create_adaptive_verification_manager(", None)],
+            (),
+        ),
         initialize_kv_cache=cut(
             module, RUNNER, "initialize_kv_cache",
             [("piecewise_capture_available = ", "self.cudagraph_manager = ModelCudaGraphManager(")],
@@ -102,6 +113,15 @@ class _ModelState:
 
     def capture_inner_cudagraphs(self, *args, **kwargs):
         return None  # only DeepSeek-V4.1's decoder replay has inner graphs
+
+    num_new_sampled_tokens_per_step = 1  # ModelState's default (34:…/model_states/interface.py:267)
+
+    def get_additional_cg_support(self):
+        """``ModelState``'s default: no attention groups outside ``init_attn_backend``
+        (``34:…/model_states/interface.py:148-155``)."""
+        from vllm.v1.attention.backend import AttentionCGSupport
+
+        return AttentionCGSupport.ALWAYS, None
 
 
 class _BlockTables:
@@ -198,6 +218,8 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         _draft_workspace_lane=0,  # int(uses a separate lane): DSpark only (33:…:210-212, 34:…:217-220)
         use_pp=False,
         req_states=None,  # scheduled_batch's
+        vocab_size=vllm_config.model_config.get_vocab_size(),
+        batch_sharder=None,
     )
     for name in ("maybe_setup_dummy_loras", "maybe_remove_all_loras", "needs_cudagraph_capture", "capture_model",
                  "gather_batch_req_state"):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from contract.real import decisions, device, errors, observe, platform
 from contract.runners.mrv2.real.modules import MODULES, NOT_REPLAYED_WITHOUT_MODEL
-from contract.runners.mrv2.real import backends, cudagraph_utils, decision_points, model_runner, spec_decode
+from contract.runners.mrv2.real import attention, backends, cudagraph_utils, decision_points, model_runner, spec_decode
 from contract.real.observe import Call, Recorder
 from contract.real.simcuda import SimCuda
 from contract.real.vllm_config import ConfigCache, config_key
@@ -294,16 +294,11 @@ class RealRun:
                                                    self.capture_step)
             self.runner.speculator = speculator
         if scenario.adaptive_verification:
-            # maybe_create_adaptive_verification_manager's manager (34:…/model_runner.py:738-751): the
-            # blocks read only whether it exists. Its cost profiling after capture (dummy runs of
-            # captured sizes, 33:…/model_runner.py:1140-1146, 34:…:1195-1199) is not run: it
-            # replays graphs already captured and decides none.
-            import contextlib
-
-            self.runner.adaptive_verification = types.SimpleNamespace(
-                batches_to_profile=lambda *a, **k: [], set_initial_cost_curves=lambda *a, **k: None)
-            self.runner.step_timing = types.SimpleNamespace(collect=lambda: contextlib.nullcontext({}))
-            self.runner.profile_adaptive_verification = lambda *a, **k: None
+            # maybe_create_adaptive_verification_manager runs in initialize_kv_cache (vLLM's own, on
+            # attention.py's stand-in groups); capture_model's cost profiling runs vLLM's
+            # batches_to_profile and set_cost_curves over stand-in timed dummy runs
+            # (33:…/model_runner.py:1140-1146, 34:…:1195-1199, 1224-1234).
+            attention.install_profiling(self.runner, session.gpu_model_runner.GPUModelRunner)
         self.draft_context: str | None = None
         self.step: dict = {}
         self.capture_phase = False
@@ -437,6 +432,7 @@ class RealRun:
                                                 min_cg_attn_backend=f"SIM_ATTN_{support}")
         self.runner.kv_cache_config = model_runner.kv_cache_config()
         try:
+            self.adaptive_verification_check()
             out = self.session.blocks.initialize_kv_cache(self.runner, attn_cg_support=attn_cg_support,
                                                           is_profiling=is_profiling)
             self.session.blocks.init_speculator_cudagraph_manager(self.runner, cudagraph_mode=out["cudagraph_mode"])
@@ -446,6 +442,30 @@ class RealRun:
         if self.speculator is not None:
             for which, manager in self.speculator.managers_built():
                 self.recorder.manager(manager, "drafter", f"drafter:{MANAGER}({which})")
+
+    def adaptive_verification_check(self) -> None:
+        """``initialize_kv_cache``'s adaptive verification block, vLLM's own: the target's layer names
+        (every layer but the draft model's), then ``maybe_create_adaptive_verification_manager``
+        over the groups of ``attention.py``, which raises ValueError for a checked backend that
+        cannot replay varlen decode batches. The groups, KV-cache groups and request states are
+        the block's alone: the rest of the replay keeps the runner's own."""
+        runner, spec = self.runner, self.speculator.speculator if self.speculator is not None else None
+        with_draft = spec is not None
+        # memory profiling's teardown deletes some of them (34:…/cudagraph_utils.py's _teardown_profiling_state)
+        saved = (getattr(runner, "attn_groups", []), runner.kv_cache_config, getattr(runner, "req_states", None),
+                 getattr(spec, "draft_attn_layer_names", None))
+        runner.attn_groups = attention.groups(self.scenario, self.vllm_config, with_draft)
+        runner.kv_cache_config = attention.kv_cache_config(with_draft)
+        runner.req_states = attention.req_states(runner, self.scenario.uniform_decode_query_len - 1)
+        if with_draft:
+            spec.draft_attn_layer_names = {attention.DRAFT_LAYER}
+        try:
+            with attention.manager_class():
+                self.session.blocks.adaptive_verification(runner)
+        finally:
+            runner.attn_groups, runner.kv_cache_config, runner.req_states = saved[:3]
+            if with_draft:
+                spec.draft_attn_layer_names = saved[3]
 
     def on_profile_cudagraph_memory(self, event) -> None:
         """``profile_cudagraph_memory`` (``34:…/cudagraph_utils.py:988-1095``), vLLM's own, on the

@@ -1,0 +1,148 @@
+"""Graph coverage: how many serving dispatches a CUDA graph serves, on one fixed serving script.
+
+A violation class says what goes wrong; it cannot say that a branch removed a rule that *made*
+graphs (vLLM 0.33.0 with resolve's FULL → FULL_AND_PIECEWISE upgrade removed sends every mixed
+batch eagerly under FULL_DECODE_ONLY: fewer P1 classes, fewer graphs). So each scenario is run
+on the same script (``script``: start-up, then ``execute_model`` for every token count, uniform
+or not, and ``propose`` for every token count with a drafter that has a model; the conformance
+corpus replays exactly this script on vLLM's code), and every serving dispatch (``execute_model``
+and ``propose``; not ``force_eager``, which asks for eager) is counted per **dispatch kind**:
+
+- ``target mixed``: an ``execute_model`` batch that is not uniform decode;
+- ``target uniform decode``: ``execute_model(uniform_decode)``;
+- ``draft prefill``: a drafter's first forward of a ``propose`` (MRV1's only one);
+- ``draft decode``: MRV2's one-token draft steps (``propose_decode``).
+
+A dispatch is **served** when a capturing layer captured or replayed it and nothing raised.
+Model and real observations are counted alike, from ``StepRecord``s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.modes import NONE
+from contract.core.observation import Action, Dispatch, StepRecord
+from contract.core.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Scenario
+
+FORCE_EAGER_AT = 2
+KINDS = ("target mixed", "target uniform decode", "draft prefill", "draft decode")
+ROLE = {"target mixed": "target", "target uniform decode": "target", "draft prefill": "drafter",
+        "draft decode": "drafter"}
+
+
+def script(scenario: Scenario) -> list:
+    """The fixed event script: start-up in the worker's order, then every serving batch."""
+    q = scenario.uniform_decode_query_len
+    events: list = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
+    for n in NUM_TOKENS_DOMAIN:
+        for uniform in (False, True) if n % q == 0 else (False,):
+            events.append(ExecuteModel(n, uniform))
+            if n == FORCE_EAGER_AT:
+                events.append(ExecuteModel(n, uniform, force_eager=True))
+    if scenario.drafter is DrafterKind.WITH_MODEL:
+        events.extend(Propose(n) for n in NUM_TOKENS_DOMAIN)
+    return events
+
+
+def dispatch_kind(event, d: Dispatch) -> str | None:
+    """The kind of a serving dispatch; None for start-up and ``force_eager`` dispatches."""
+    if isinstance(event, ExecuteModel):
+        if event.force_eager or d.role != "target":
+            return None
+        return "target uniform decode" if event.uniform_decode else "target mixed"
+    if isinstance(event, Propose) and d.role == "drafter":
+        return "draft decode" if d.context == "propose_decode" else "draft prefill"
+    return None
+
+
+def served(d: Dispatch) -> bool:
+    """A capturing layer captured or replayed the dispatch, and nothing raised."""
+    return (d.runtime_mode != NONE and not d.error
+            and any(a.action in (Action.CAPTURED, Action.REPLAYED) for a in d.acting)
+            and not any(a.action is Action.RAISED for a in d.acting))
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Per dispatch kind, the serving dispatches made and those a graph served."""
+
+    total: dict[str, int] = field(default_factory=dict)
+    served: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def dispatches(self) -> int:
+        return sum(self.total.values())
+
+    @property
+    def graphs(self) -> int:
+        return sum(self.served.values())
+
+    @property
+    def share(self) -> float | None:
+        return self.graphs / self.dispatches if self.dispatches else None
+
+    def kinds(self) -> dict[str, tuple[int, int]]:
+        """kind -> (served, total), for the kinds the script made."""
+        return {k: (self.served.get(k, 0), self.total[k]) for k in KINDS if k in self.total}
+
+    def text(self) -> str:
+        if not self.dispatches:
+            return "no serving dispatch (vLLM stopped before serving)"
+        kinds = ", ".join(f"{k} {s}/{t}" for k, (s, t) in self.kinds().items())
+        return f"{self.graphs} of {self.dispatches} serving dispatches served by a graph ({kinds})"
+
+    def to_json(self) -> dict:
+        return {"served": self.graphs, "dispatches": self.dispatches,
+                "kinds": {k: {"served": s, "dispatches": t} for k, (s, t) in self.kinds().items()}}
+
+
+def coverage(records: list[StepRecord]) -> Coverage:
+    total: dict[str, int] = {}
+    graphs: dict[str, int] = {}
+    for r in records:
+        for d in r.dispatches:
+            k = dispatch_kind(r.event, d)
+            if k is None:
+                continue
+            total[k] = total.get(k, 0) + 1
+            graphs[k] = graphs.get(k, 0) + served(d)
+    return Coverage(total, graphs)
+
+
+def lost_kinds(base: Coverage, branch: Coverage) -> list[str]:
+    """The kinds a branch serves fewer dispatches of with a graph than its base does."""
+    return [k for k in KINDS if branch.served.get(k, 0) < base.served.get(k, 0)]
+
+
+def run_script(scenario: Scenario, policy) -> list[StepRecord]:
+    """The model's records of ``script`` (events its runner takes, up to where it stops)."""
+    from contract.core.engine import Run
+
+    run = Run(scenario, policy)
+    for event in script(scenario):
+        if run.state.halted:
+            break
+        if run.can(event):
+            run.apply(event)
+    return run.records
+
+
+def model_coverage(scenario: Scenario, policy) -> Coverage:
+    return coverage(run_script(scenario, policy))
+
+
+def affected_share(records: list[StepRecord], scenario: Scenario, runner, sig) -> float | None:
+    """The share of the script's serving dispatches that show ``sig`` (a class's signature)."""
+    from contract.core.classes import signature
+    from contract.core.properties import check
+
+    total = hit = 0
+    for r in records:
+        shown = {v.dispatch for v in check(r, scenario, runner) if v.dispatch is not None and signature(v, r) == sig}
+        for i, d in enumerate(r.dispatches):
+            if dispatch_kind(r.event, d) is not None:
+                total += 1
+                hit += i in shown
+    return hit / total if total else None
