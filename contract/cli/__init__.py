@@ -11,7 +11,7 @@ import sys
 import typer
 
 from contract.cli import conform, explore, replay, report, verify
-from contract.cli.common import err, error
+from contract.cli.common import err, error, exit_code_of, flushed
 
 app = typer.Typer(
     add_completion=False,
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> None:
         code = 2
     except KeyboardInterrupt:
         code = 130
+    except SystemExit as exc:  # a closed stdout (`| head`): 141, not the 1 of a counterexample
+        code = exit_code_of(exc)
+    code = flushed(code) if isinstance(code, int) else code
     if code == 130:
         err.print("interrupted; reports already written are intact")
     sys.exit(code if isinstance(code, int) else 0)

@@ -11,6 +11,8 @@ import typer
 from rich.table import Table
 
 from contract.cli.common import (
+    TIMEOUT_OPTION,
+    set_time_limit,
     checked_base,
     BASE_OPTION,
     base_differentials,
@@ -33,6 +35,7 @@ def explore(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     base: Optional[str] = BASE_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Enumerate every scenario class and event sequence up to DEPTH: a proof within the bound where
     the contract holds, the shortest counterexample where it does not, and every violation class
@@ -43,6 +46,7 @@ def explore(
     from contract.core.explore import explore as run_explore
     from contract.core.output import write_atomic
 
+    set_time_limit(timeout)
     base = checked_base(base)
     policies = parse_policies(policy)
     check_out(out_dir)

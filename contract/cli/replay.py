@@ -10,6 +10,8 @@ from typing import Optional
 import typer
 
 from contract.cli.common import (
+    TIMEOUT_OPTION,
+    set_time_limit,
     fail,
     out,
 )
@@ -25,12 +27,14 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="Print the replayed steps as JSON."),
     update: bool = typer.Option(False, "--update", help="Re-record the trace's expected observations from the model (for a new or changed regression trace)."),
     trust_policy_files: bool = typer.Option(False, "--trust-policy-files", help="Run the policy file a trace names; without it only --policy FILE runs a file."),
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Replay a trace on the model and print what each step did.
 
     Exit 0 when the replay matches the trace's recorded observations, 1 when it does not.
     Example: [bold]cudagraph-contract replay reports/vllm_0_30/P4.json[/]
     """
+    set_time_limit(timeout)
     from contract.core import trace as tr
     from contract.core.output import write_atomic
 

@@ -13,6 +13,9 @@ from rich.table import Table
 from contract.branch.review import VERIFY
 from contract.cli.common import (
     RUNNER_OPTION,
+    TIMEOUT_OPTION,
+    set_time_limit,
+    unique_names,
     checked_base,
     load_tree,
     resolve_base,
@@ -75,6 +78,7 @@ def verify(
     vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify the rules its runner family reads (MRV1: load_model's wrapping block; MRV2: the managers' rules), run as a policy."),
     base: Optional[str] = BASE_OPTION,
     runner: str = RUNNER_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Run the Hypothesis state machine against each policy and print the verdict table.
 
@@ -86,6 +90,7 @@ def verify(
     from contract.core.output import write_atomic
     from contract.core.verify import verify_policy
 
+    set_time_limit(timeout)
     settings = profile_settings(profile)
     base = checked_base(base or ("auto" if vllm_src is not None else None))
     check_out(out_dir)
@@ -98,6 +103,7 @@ def verify(
         if not quiet:
             say_review(err if as_json else out, found, resolved[found.policy.name], VERIFY)
         policies.append(found.policy)
+        unique_names(policies)
     from contract.core.explore import explore as run_explore
 
     results, coverage, explored = {}, {}, {}
