@@ -85,6 +85,37 @@ def load_policy(spec: str):
     return policy_file.load_file(spec)
 
 
+def check_unique(named: list[tuple[str, str]]) -> None:
+    """Results, traces and report pages are keyed by policy name, so one run takes one policy per
+    name: ``named`` is (name, what it is) per policy, in the order given."""
+    seen: dict[str, str] = {}
+    for name, what in named:
+        other = seen.setdefault(name, what)
+        if other is what or other == what:
+            continue
+        if what.startswith("the built-in"):
+            other, what = what, other
+        raise PolicyError(f"{what} has the name of {other}; rename the file or pass only one of them"
+                          if other.startswith("the built-in") else
+                          f"{other} and {what} have the same name {name}; rename one or pass only one of them")
+
+
+def named(spec: str) -> tuple[str, str]:
+    """(the name ``load_policy(spec)`` gives, what it is), known before anything is loaded."""
+    if spec in BUILT_IN:
+        return spec, f"the built-in policy {spec}"
+    return Path(spec).stem, f"policy file {spec}"
+
+
+def described(policy) -> tuple[str, str]:
+    """(name, what it is) of a loaded policy, for ``check_unique``."""
+    if policy.source == "built-in":
+        return policy.name, f"the built-in policy {policy.name}"
+    if policy.name.startswith("branch@"):
+        return policy.name, f"the rules of the tree {policy.source}"
+    return policy.name, f"policy file {policy.source}"
+
+
 def for_trace(trace_policy: str, source: str, *, named: str | None = None, trust_files: bool = False):
     """The policy a trace runs under; every command that reads traces asks here. ``named`` (the
     person's ``--policy``) always loads; the trace's own ``policy`` loads when it is a built-in

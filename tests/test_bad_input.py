@@ -92,6 +92,11 @@ def write(path: Path, data: str | bytes) -> Path:
     return path
 
 
+def executable(path: Path, text: str) -> Path:
+    write(path, text).chmod(0o755)
+    return path
+
+
 def folder(path: Path) -> Path:
     path.mkdir(parents=True)
     return path
@@ -135,6 +140,14 @@ CASES = {
     # policy files and vLLM trees
     "policy file is a folder": lambda t: Case(["verify", "--policy", folder(t / "p.py")], "is a folder"),
     "policy file name too long": lambda t: Case(["verify", "--policy", t / (LONG + ".py")], "cannot be opened"),
+    "policy file exits 0 at import": lambda t: Case(
+        ["verify", "--policy", write(t / "p.py", "import os\nos._exit(0)\n"), "--out", old_reports(t)],
+        "exited with status 0 before reporting a result"),
+    "policy file whose load_model returns None": lambda t: Case(
+        ["explore", "--policy", write(t / "p.py", "def load_model(ctx):\n    return None\n")], "returned None, not Stacks"),
+    "policy file named like a built-in policy": lambda t: Case(
+        ["explore", "--policy", "vllm_0_30", "--policy", write(t / "vllm_0_30.py", f"open({str(t / MARKER)!r}, 'w')\n")],
+        "has the name of the built-in policy vllm_0_30; rename the file or pass only one of them"),
     "--vllm-src is not vLLM": lambda t: Case(["verify", "--vllm-src", "/etc"], "is not a vLLM source tree"),
     "--vllm-src does not exist": lambda t: Case(["verify", "--vllm-src", t / "nowhere"], "does not exist"),
     "--vllm-src is a file": lambda t: Case(["verify", "--vllm-src", write(t / "f", "x")], "is a file"),
@@ -158,6 +171,9 @@ CASES = {
     "conform --reports is a file": lambda t: Case(["conform", "--reports", write(t / "f", "x")], "is a file"),
     "conform --reports under /proc": lambda t: Case(["conform", "--reports", "/proc/x/y"], "cannot be written"),
     "conform --vllm is not a Python": lambda t: Case(["conform", "--vllm", write(t / "f", "x")], "cannot be run"),
+    "conform --vllm Python that exits 0": lambda t: Case(
+        ["conform", "--vllm", executable(t / "python", "#!/bin/sh\nexit 0\n"), "--reports", old_reports(t)],
+        "exited with status 0 before reporting a result"),
     "conform --vllm folder without Python": lambda t: Case(["conform", "--vllm", folder(t / "env")],
                                                            "no Python interpreter"),
     "conform --traces folder with a deep file": lambda t: Case(

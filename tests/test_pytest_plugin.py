@@ -54,3 +54,13 @@ def test_a_bad_base_is_a_usage_error(pytester):
 def test_without_options_the_plugin_adds_nothing(pytester):
     pytester.makepyfile(test_one="def test_one():\n    assert True\n")
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_a_policy_file_runs_in_a_child_not_in_pytest(pytester):
+    """A policy file that ends its process at import ends only its child: pytest says so as a usage
+    error instead of exiting 0 with it."""
+    policy = pytester.makepyfile(exits="import os\nos._exit(0)\n")
+    result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-timeout", "30")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*cudagraph-contract: policy file {policy} exited with status 0 before reporting a "
+                                 "result*"])

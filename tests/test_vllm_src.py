@@ -64,7 +64,8 @@ def test_installed_release_is_recognised(version, policy):
     assert (found.release, found.policy.name) == (version, policy)
     result = verify("--vllm-src", pkg, "--json")
     assert result.exit_code == 0, result.output
-    assert f"recognised as vLLM {version}'s wrapping block (policy {policy})" in result.output
+    assert f"the rules of vLLM {version}" in result.output
+    assert f"recognised as vLLM {version}'s Model Runner V1" in result.output
     assert policy in json.loads(result.output[result.output.index("{"):])
 
 
@@ -83,7 +84,7 @@ def test_elif_restored_is_unknown_and_caught(tmp_path):
 
     result = verify("--vllm-src", tree, "--json")
     assert result.exit_code == 1, result.output
-    assert "unknown revision, run as a policy" in result.output
+    assert "not a release's rules, run as a policy (branch@elif-branch)" in result.output
     verdicts = json.loads(result.output[result.output.index("{"):])["branch@elif-branch"]
     assert not verdicts["P1"]["holds"]
 

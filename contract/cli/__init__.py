@@ -22,10 +22,9 @@ import typing
 import typer
 
 from contract.cli import conform, env, explore, fixcheck, replay, report, verify
-from contract.cli.common import err, error
+from contract.cli.common import CLOSED_STDOUT, err, error, silence_stdout
 
 PROG = "cudagraph-contract"
-SIGPIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
 
 app = typer.Typer(
     add_completion=False,
@@ -137,16 +136,6 @@ def _stdout_closed(before) -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
-def _silence_stdout() -> None:
-    """Nothing more reaches the closed pipe, not even the interpreter's last flush."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-    except OSError:
-        pass
-
-
 def _usage_error(exc: Exception) -> bool:
     """click's own exceptions (``ClickException`` of whichever click typer uses): a message and an exit code."""
     return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None), int)
@@ -185,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = run(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
-        code = SIGPIPE_EXIT
+        code = CLOSED_STDOUT
     except SystemExit as exc:  # rich and click end a write to a closed pipe with exit 1
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if code == 130:
@@ -194,15 +183,15 @@ def main(argv: list[str] | None = None) -> None:
         try:
             sys.stdout.flush()
         except (BrokenPipeError, ValueError):
-            code = SIGPIPE_EXIT
-        if code == SIGPIPE_EXIT or _stdout_closed(before):
-            code = SIGPIPE_EXIT
-            _silence_stdout()
+            code = CLOSED_STDOUT
+        if code == CLOSED_STDOUT or _stdout_closed(before):
+            code = CLOSED_STDOUT
+            silence_stdout()
     else:
         try:
             sys.stdout.flush()
         except (BrokenPipeError, ValueError):
-            _silence_stdout()
+            silence_stdout()
     sys.exit(code)
 
 

@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from contract.branch import conform as branch_conform
 from contract.branch.review import CONFORM, review
-from contract.cli.common import checked_base, fail, load_tree, new_folder, resolve_base
+from contract.cli.common import Terminal, checked_base, fail, load_tree, new_folder, resolve_base
 from contract.core.output import OutputError, check_folder, publish
 from contract.core.trace import TraceError, load
 from contract.families import by_runner, load_policy
@@ -71,7 +70,7 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
         except TraceError as exc:
             fail(str(exc))
     r = review(tree, chosen, family)
-    say = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    say = Terminal(stderr=as_json, highlight=False, soft_wrap=True)
     for line in r.lines(CONFORM):
         say.print(line, markup=False)
     from contract.cli.progress import shown

@@ -3,19 +3,50 @@ folders written as a whole, the differential against a base, and the progress ba
 
 from __future__ import annotations
 
+import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from contract.core.child import DEFAULT_TIMEOUT_S, set_time_limit  # noqa: F401 - for the commands
 from contract.core.output import OutputError, one_line
 from contract.core.policy import PolicyError
 from contract.core.trace import TraceError
 from contract.families import BUILT_IN, load_policy
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`... | head -1`); never
+# the 1 of "a counterexample" or "a replay disagrees".
+CLOSED_STDOUT = 141
+
+
+def silence_stdout() -> int:
+    """stdout's reader is gone: what is still buffered, and the interpreter's last flush, go to
+    /dev/null instead of failing with a traceback."""
+    stdout = getattr(sys.stdout, "wrapped", sys.stdout)  # typer's PacifyFlushWrapper
+    sys.stdout = stdout
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # a stdout without a descriptor (a test's capture)
+        pass
+    return CLOSED_STDOUT
+
+
+class Terminal(Console):
+    """A rich console that, when its reader has gone (`| head`), stops the command with
+    ``CLOSED_STDOUT`` instead of rich's exit 1 (which reads as "a counterexample")."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise SystemExit(silence_stdout() if not self.stderr else CLOSED_STDOUT)
+
+
+out = Terminal(highlight=False)
+err = Terminal(stderr=True, highlight=False)
 
 
 def error(message: str) -> None:
@@ -43,10 +74,28 @@ def parse_policy(spec: str):
 
 
 def parse_policies(specs: list[str] | None):
+    from contract.families import check_unique, named
+
+    specs = list(dict.fromkeys(specs or BUILT_IN))  # a spec given twice is one policy
     try:
-        return [parse_policy(s) for s in (specs or list(BUILT_IN))]
+        check_unique([named(s) for s in specs if Path(s).suffix != ".json"])
+        return [parse_policy(s) for s in specs]
     except (PolicyError, TraceError) as exc:
         fail(str(exc))
+
+
+def unique_names(policies) -> None:
+    """One policy per name in a run (``contract.families.check_unique``); one line otherwise."""
+    from contract.families import check_unique, described
+
+    try:
+        check_unique([described(p) for p in policies])
+    except PolicyError as exc:
+        fail(str(exc))
+
+
+TIMEOUT_OPTION = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", min=1, help="Seconds a policy file or a vLLM tree's "
+                              "rules may run (in a child process of their own) before the command stops them.")
 
 
 def check_out(folder: Path | None, option: str = "--out") -> None:

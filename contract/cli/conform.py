@@ -7,8 +7,6 @@ Exit 0 when every replayed step agrees, 1 on any disagreement, 2 for bad input o
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,8 +14,9 @@ from typing import Optional
 import typer
 
 from contract.cli.common import fail
-from contract.core.child import DEFAULT_TIMEOUT_S
-from contract.real.installed import checkout
+from contract.core import child
+from contract.core.child import DEFAULT_TIMEOUT_S, set_time_limit
+from contract.real.installed import EnvironmentProblem, checkout, import_root
 
 CHECKOUT = checkout()  # None for an installed wheel: no tests/traces, no committed reports/
 ROOT = CHECKOUT or Path(__file__).resolve().parents[2]
@@ -26,9 +25,13 @@ CORPORA = ("full", "covering", "none")
 RUNNERS = ("auto", "mrv1", "mrv2")
 
 
-def _delegate(vllm: str, argv: list[str]) -> None:
-    """Re-run this command under another interpreter: ``.venv-vllm-VERSION`` or a venv/python path."""
-    from contract.real.installed import EnvironmentProblem, environment, import_root, missing
+class ConformProblem(Exception):
+    """Bad input or environment found where the replay runs (here or in the release's child); one line."""
+
+
+def _python_of(vllm: str) -> Path:
+    """The interpreter ``--vllm`` names: ``.venv-vllm-VERSION``, a venv folder or a python path."""
+    from contract.real.installed import environment, missing
 
     target = Path(vllm)
     if target.is_dir():
@@ -41,30 +44,67 @@ def _delegate(vllm: str, argv: list[str]) -> None:
             fail(missing(vllm))
     if not python.exists():
         fail(f"--vllm {vllm}: no Python interpreter at {python}")
+    return python
+
+
+def _delegate(vllm: str, options: dict, timeout: float | None) -> dict:
+    """The replay run by a child in another interpreter (``contract.core.child``): it returns the
+    run's summary, which the parent checks; the child's exit status decides nothing."""
+    python = _python_of(vllm)
+    what = f"the replay under {python}"
     try:
-        _run_under(python, [str(import_root())], argv)
-    except EnvironmentProblem as exc:
+        root = import_root()
+        value = child.run("contract.cli.conform:replay_in_child", options, what=what, timeout=timeout,
+                          python=python, env=child.project_env(root), stream_stderr=True).value
+    except (child.ChildProblem, EnvironmentProblem) as exc:
         fail(str(exc))
-
-
-def _run_under(python: Path, path: list[str], argv: list[str]) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
-    args = [str(python), "-m", "contract.cli", "conform", "--vllm", "auto", *argv]
+    if isinstance(value, dict) and isinstance(value.get("problem"), str):
+        fail(value["problem"])
     try:
-        code = subprocess.run(args, env=env).returncode
-    except OSError as exc:
-        fail(f"{python} cannot be run: {exc.strerror or exc}")
-    raise typer.Exit(code)
+        return _checked(value, Path(options["reports"]))
+    except ConformProblem as exc:
+        fail(f"{what} returned {exc}")
 
 
-def _forwarded_args(traces, corpus, reports, as_json, device="cpu-sim", runner="auto", policy=None,
-                    trust=False, verbose=False) -> list[str]:
-    argv = ["--device", device, "--runner", runner] + (["--policy", policy] if policy else [])
-    for t in traces or []:
-        argv += ["--traces", str(Path(t).resolve())]
-    argv += ["--corpus", corpus, "--reports", str(Path(reports).resolve())]
-    return (argv + (["--json"] if as_json else []) + (["--trust-policy-files"] if trust else [])
-            + (["--verbose"] if verbose else []))
+def _checked(value: object, reports: Path) -> dict:
+    """A result the child wrote, checked before anything is decided from it: a summary whose counts
+    agree with its disagreements, and a report that exists in ``reports``."""
+    if not isinstance(value, dict) or not isinstance(value.get("summary"), dict) or value.get("runner") not in RUNNERS:
+        raise ConformProblem("no summary")
+    summary = value["summary"]
+    counts = ("trace_files", "not_replayed_mrv2", "not_replayed_other", "generated_traces", "steps",
+              "agreeing_steps", "disagreeing_traces")
+    if not all(type(summary.get(k)) is int and summary[k] >= 0 for k in counts):
+        raise ConformProblem("a summary without its counts")
+    disagreements = summary.get("disagreements")
+    if (not isinstance(disagreements, list) or len(disagreements) != summary["disagreeing_traces"]
+            or not all(isinstance(d, dict) and isinstance(d.get("name"), str)
+                       and isinstance(d.get("disagreements"), list) and d["disagreements"] for d in disagreements)):
+        raise ConformProblem("a summary whose disagreements do not match its counts")
+    if summary["agreeing_steps"] > summary["steps"] or (not disagreements and summary["agreeing_steps"] != summary["steps"]):
+        raise ConformProblem(f"a summary of {summary['agreeing_steps']} agreeing steps of {summary['steps']} "
+                             "with no disagreement")
+    for key in ("vllm", "policy", "report"):
+        if not isinstance(summary.get(key), str):
+            raise ConformProblem(f"a summary without {key}")
+    if not isinstance(summary.get("load_model_block"), dict):
+        raise ConformProblem("a summary without load_model_block")
+    checks = summary.get("device_checks")
+    if checks is not None and not (isinstance(checks, dict) and isinstance(checks.get("failures"), list)):
+        raise ConformProblem("device checks without failures")
+    report = Path(summary["report"])
+    if not report.is_file() or not report.resolve().is_relative_to(reports.resolve()):
+        raise ConformProblem(f"a report {report} that is not a file in {reports}")
+    return value
+
+
+def replay_in_child(options: dict) -> dict:
+    """The child's side of ``_delegate``, in the release's interpreter: ``{"problem": one line}`` or
+    the result ``_say`` prints."""
+    try:
+        return _replay(options)
+    except ConformProblem as exc:
+        return {"problem": str(exc)}
 
 
 def _trace_paths(traces: list[Path] | None) -> list[Path]:
@@ -79,7 +119,7 @@ def _trace_paths(traces: list[Path] | None) -> list[Path]:
         elif t.is_file():
             out.append(t)
         else:
-            fail(f"trace {t} does not exist")
+            raise ConformProblem(f"trace {t} does not exist")
     return out
 
 
@@ -110,7 +150,8 @@ def conform(
     base: Optional[str] = typer.Option(None, "--base", help="With --vllm-src: auto (default: the installed "
                                        "release whose files differ least from the tree's) or a release (0.34.0)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Seconds a replay in the release's "
-                                            "environment may take (default: 300 with --vllm-src, else none)."),
+                                            "environment, or a tree's rules, may take (default: 300 with --vllm-src, "
+                                            "else none for the replay)."),
     policy_name: Optional[str] = typer.Option(None, "--policy", help="Compare with this built-in policy instead "
                                               "of the one modelling the release (a negative control)."),
     allow_lost_graphs: bool = typer.Option(False, "--allow-lost-graphs", help="With --vllm-src: exit 0 even where "
@@ -121,6 +162,7 @@ def conform(
     Example: [bold]cudagraph-contract conform --vllm 0.30.0[/] ·
     [bold]cudagraph-contract conform --vllm-src ~/src/vllm --base 0.30.0[/]
     """
+    set_time_limit(timeout or DEFAULT_TIMEOUT_S)  # a tree's rules or a policy file, in their child
     if vllm_src is not None:
         from contract.cli.branch import branch_conform_command
 
@@ -144,54 +186,69 @@ def conform(
         check_folder(Path(reports), "--reports")
     except OutputError as exc:
         fail(str(exc))
-    forwarded = _forwarded_args(traces, corpus, reports, as_json, device, runner, policy_name,
-                                trust_policy_files, verbose)
+    options = {"traces": [str(Path(t).resolve()) for t in traces or []], "corpus": corpus,
+               "reports": str(Path(reports).resolve()), "device": device, "runner": runner, "policy": policy_name,
+               "trust_policy_files": trust_policy_files, "verbose": verbose}
     if vllm != "auto":
-        _delegate(vllm, forwarded)
+        result = _delegate(vllm, options, timeout)
+    else:
+        try:
+            result = _replay(options)
+        except ConformProblem as exc:
+            fail(str(exc))
+    _say(result, as_json)
+
+
+def _replay(options: dict) -> dict:
+    """The replay in this interpreter's vLLM: reports written, and the run's summary and runner
+    returned; ``ConformProblem`` for bad input or environment."""
+    from contract.real import device as device_mod
     from contract.real import logs
 
+    traces = [Path(t) for t in options["traces"]] or None
+    reports, device, verbose = Path(options["reports"]), options["device"], options["verbose"]
     try:
         logs.configure(verbose)
     except ValueError as exc:
-        fail(str(exc))
+        raise ConformProblem(str(exc)) from None
     if device == "cuda":
         try:
             device_mod.require_cuda()
         except device_mod.DeviceProblem as exc:
-            fail(str(exc))
+            raise ConformProblem(str(exc)) from None
         device_mod.select("cuda")
+    from contract.core.output import OutputError
     from contract.core.policy import PolicyError
-    from contract.core.scenario import Runner
     from contract.core.trace import TraceError, load
     from contract.families import check_trusted, for_release, load_policy, policy_for
     from contract.real.installed import EnvironmentProblem, installed_version
 
     try:
         version = installed_version()
-        family = for_release(version, runner)
-        policy = load_policy(policy_name or policy_for(version, family.name))
+        family = for_release(version, options["runner"])
+        policy = load_policy(options["policy"] or policy_for(version, family.name))
     except (EnvironmentProblem, PolicyError) as exc:
-        fail(str(exc))
+        raise ConformProblem(str(exc)) from None
     if policy.runner is not family.runner:
-        fail(f"--policy {policy.name} models {policy.runner.value}, not the {family.runner.value} replay")
+        raise ConformProblem(f"--policy {policy.name} models {policy.runner.value}, not the {family.runner.value} replay")
     files = []
     for path in _trace_paths(traces):
         try:
             trace = load(path)
-            check_trusted(trace.policy, str(path), trust_files=trust_policy_files,
+            check_trusted(trace.policy, str(path), trust_files=options["trust_policy_files"],
                           hint="pass --trust-policy-files to replay it (conform compares with the "
                                "installed release's policy and never runs the file)")
             files.append((trace, str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)))
         except (TraceError, PolicyError) as exc:
-            fail(str(exc))
+            raise ConformProblem(str(exc)) from None
     from contract.cli.progress import shown
     from contract.real.run import ReplayProblem
 
     try:
         with shown("conform"):
-            run = family.conform(version, policy, files, corpus if not traces else "none")
+            run = family.conform(version, policy, files, options["corpus"] if not traces else "none")
     except ReplayProblem as exc:
-        fail(str(exc))
+        raise ConformProblem(str(exc)) from None
     from contract.reports import conformance as report
 
     checks = None
@@ -204,29 +261,37 @@ def conform(
         with publish(reports) as folder:
             md = Path(reports) / report.write(run, folder).relative_to(folder)
     except OutputError as exc:
-        fail(str(exc))
+        raise ConformProblem(str(exc)) from None
     summary = {**run.summary(), "device": device}
     if checks is not None:
         summary["device_checks"] = checks
+    return {"runner": family.name,
+            "summary": {**summary, "report": str(md), "disagreements": [r.to_json() for r in run.disagreeing]}}
+
+
+def _say(result: dict, as_json: bool) -> None:
+    """The summary, as JSON or in words, and the exit code it decides: 0 when every step agrees,
+    1 on a disagreement or a failed device check."""
+    summary = result["summary"]
+    checks = summary.get("device_checks")
     if as_json:
-        sys.stdout.write(json.dumps({**summary, "report": str(md),
-                                     "disagreements": [r.to_json() for r in run.disagreeing]}, indent=1) + "\n")
+        sys.stdout.write(json.dumps(summary, indent=1) + "\n")
     else:
-        block = run.block
-        if family.runner is Runner.MRV2:
-            typer.echo(f"vLLM {version} (Model Runner V2): compared with policy {policy.name}; blocks run from {block['where']}")
+        block, version, policy = summary["load_model_block"], summary["vllm"], summary["policy"]
+        if result["runner"] == "mrv2":
+            typer.echo(f"vLLM {version} (Model Runner V2): compared with policy {policy}; blocks run from {block.get('where')}")
         else:
-            typer.echo(f"vLLM {version}: compared with policy {policy.name}; load_model block {block['where']}: "
-                       + (f"known revision {block['revision']}" if block["revision"]
-                          else f"UNKNOWN revision (sha256 {block['digest'][:16]}), compared by version only"))
+            typer.echo(f"vLLM {version}: compared with policy {policy}; load_model block {block.get('where')}: "
+                       + (f"known revision {block['revision']}" if block.get("revision")
+                          else f"UNKNOWN revision (sha256 {str(block.get('digest'))[:16]}), compared by version only"))
         typer.echo(f"traces: {summary['trace_files']} files ({summary['not_replayed_mrv2']} MRV2 and "
                    f"{summary['not_replayed_other']} others not replayed), {summary['generated_traces']} generated")
-        pct = f" ({100 * summary['agreement']:.2f}%)" if summary["steps"] else ""
+        pct = f" ({100 * summary['agreeing_steps'] / summary['steps']:.2f}%)" if summary["steps"] else ""
         typer.echo(f"steps: {summary['agreeing_steps']} of {summary['steps']} agree{pct}")
-        for r in run.disagreeing:
-            typer.echo(f"disagreement: {r.name}: steps {', '.join(str(d.index) for d in r.diffs)}")
+        for d in summary["disagreements"]:
+            typer.echo(f"disagreement: {d['name']}: steps {', '.join(str(x.get('step')) for x in d['disagreements'])}")
         if checks is not None:
-            typer.echo(f"cuda: {checks['graphs_captured']} graphs captured, {checks['replays_checked']} replays "
+            typer.echo(f"cuda: {checks.get('graphs_captured')} graphs captured, {checks.get('replays_checked')} replays "
                        f"checked against eager, {len(checks['failures'])} device check failures")
-        typer.echo(f"report: {md}")
-    raise typer.Exit(1 if run.disagreeing or (checks and checks["failures"]) else 0)
+        typer.echo(f"report: {summary['report']}")
+    raise typer.Exit(1 if summary["disagreements"] or (checks and checks["failures"]) else 0)

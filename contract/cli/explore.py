@@ -11,6 +11,8 @@ import typer
 from rich.table import Table
 
 from contract.cli.common import (
+    TIMEOUT_OPTION,
+    set_time_limit,
     checked_base,
     ALLOW_LOST_OPTION,
     BASE_OPTION,
@@ -36,6 +38,7 @@ def explore(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     base: Optional[str] = BASE_OPTION,
     allow_lost_graphs: bool = ALLOW_LOST_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Enumerate every scenario class and event sequence up to DEPTH: a proof within the bound where
     the contract holds, the shortest counterexample where it does not, and every violation class
@@ -46,6 +49,7 @@ def explore(
     from contract.core.explore import explore as run_explore
     from contract.core.output import write_atomic
 
+    set_time_limit(timeout)
     base = checked_base(base)
     policies = parse_policies(policy)
     check_out(out_dir)

@@ -10,6 +10,8 @@ from typing import Optional
 import typer
 
 from contract.cli.common import (
+    TIMEOUT_OPTION,
+    set_time_limit,
     fail,
     out,
 )
@@ -31,6 +33,7 @@ def replay(
     trust_policy_files: bool = typer.Option(False, "--trust-policy-files", help="Run the policy file a trace names; without it only --policy FILE runs a file."),
     show_all: bool = typer.Option(False, "--all", help=f"Print every step (default: at most {SHOWN_STEPS}: the first, "
                                   "the violating and differing ones, the last)."),
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Replay a trace on the model: a summary (steps, violations, whether it matches the recorded
     observations) and what the first, the violating and the last steps did.
@@ -38,6 +41,7 @@ def replay(
     Exit 0 when the replay matches the trace's recorded observations, 1 when it does not.
     Example: [bold]cudagraph-contract replay reports/vllm_0_30/P4.json[/]
     """
+    set_time_limit(timeout)
     from contract.core import trace as tr
     from contract.core.output import write_atomic
 

@@ -12,6 +12,9 @@ import typer
 from contract.branch.review import VERIFY
 from contract.cli.common import (
     RUNNER_OPTION,
+    TIMEOUT_OPTION,
+    set_time_limit,
+    unique_names,
     checked_base,
     load_tree,
     resolve_base,
@@ -64,6 +67,7 @@ def report(
     base: Optional[str] = BASE_OPTION,
     allow_lost_graphs: bool = ALLOW_LOST_OPTION,
     runner: str = RUNNER_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Verify policies (Hypothesis + explorer) and write the reports: the verdict table, one page and
     one JSON trace per counterexample and per violation class, the coverage gaps and, with --base,
@@ -76,6 +80,7 @@ def report(
     from contract.core.verify import verify_policy
     from contract.reports.report import PolicyResult, write
 
+    set_time_limit(timeout)
     settings = profile_settings(profile)
     base = checked_base(base or ("auto" if vllm_src is not None else None))
     policies = parse_policies(policy) if policy or vllm_src is None else []
@@ -86,6 +91,7 @@ def report(
         if not quiet:
             say_review(out, tree, resolved[tree.policy.name], VERIFY)
         policies.append(tree.policy)
+        unique_names(policies)
     committed = Path(__file__).resolve().parents[2] / "reports"
     users = policy is not None or vllm_src is not None
     if out_dir is None:

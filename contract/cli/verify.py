@@ -13,6 +13,9 @@ from rich.table import Table
 from contract.branch.review import VERIFY
 from contract.cli.common import (
     RUNNER_OPTION,
+    TIMEOUT_OPTION,
+    set_time_limit,
+    unique_names,
     checked_base,
     load_tree,
     resolve_base,
@@ -78,6 +81,7 @@ def verify(
     base: Optional[str] = BASE_OPTION,
     allow_lost_graphs: bool = ALLOW_LOST_OPTION,
     runner: str = RUNNER_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Run the Hypothesis state machine against each policy and print the verdict table.
 
@@ -89,6 +93,7 @@ def verify(
     from contract.core.output import write_atomic
     from contract.core.verify import verify_policy
 
+    set_time_limit(timeout)
     settings = profile_settings(profile)
     base = checked_base(base or ("auto" if vllm_src is not None else None))
     check_out(out_dir)
@@ -101,6 +106,7 @@ def verify(
         if not quiet:
             say_review(err if as_json else out, found, resolved[found.policy.name], VERIFY)
         policies.append(found.policy)
+        unique_names(policies)
     from contract.core.explore import explore as run_explore
 
     results, coverage, explored = {}, {}, {}

@@ -13,6 +13,8 @@ Hypothesis machine and fails on a counterexample whose class the base does not s
 
 Only code the person names runs: the tree given, and ``.py`` policy files given with
 ``--cudagraph-contract-policy`` or ``--cudagraph-contract-base``; nothing a trace or report names.
+That code runs in a child process, never in pytest's (``contract.core.child``), for at most
+``--cudagraph-contract-timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def pytest_addoption(parser) -> None:
                     help="also run the Hypothesis machine with this profile (ci, dev, thorough)")
     group.addoption("--cudagraph-contract-allow-lost-graphs", action="store_true", default=False,
                     help="a branch serving fewer dispatches with a CUDA graph than the base passes (listed, not failed)")
+    group.addoption("--cudagraph-contract-timeout", metavar="SECONDS", type=float, default=300.0,
+                    help="seconds a policy file or the tree's rules may run in their child process (default 300)")
 
 
 class ContractItem(pytest.Item):
@@ -67,14 +71,19 @@ def witness_text(c) -> str:
 
 def _branches(config):
     from contract.branch import tree as branch
-    from contract.families import load_policy
+    from contract.core.child import set_time_limit
+    from contract.families import check_unique, described, load_policy, named
 
+    set_time_limit(config.getoption("--cudagraph-contract-timeout"))
+    specs = list(dict.fromkeys(config.getoption("--cudagraph-contract-policy")))
+    check_unique([named(spec) for spec in specs])
     out = []
     src = config.getoption("--cudagraph-contract-vllm-src")
     if src:
         tree = branch.load(src, runner=config.getoption("--cudagraph-contract-runner"))
         out.append((tree.policy, tree))
-    out += [(load_policy(spec), None) for spec in config.getoption("--cudagraph-contract-policy")]
+    out += [(load_policy(spec), None) for spec in specs]
+    check_unique([described(p) for p, _ in out])
     return out
 
 

@@ -6,7 +6,10 @@ statements from ``cudagraph_mode = self.compilation_config.cudagraph_mode`` to t
 block whose fingerprint is a known revision is verified as that revision's built-in policy. Any
 other block is run as the policy itself: compiled as a function of ``self`` whose free names are
 bound to adapters that build this project's stack nodes, and called on a stand-in runner for each
-``LoadContext``. Nothing is imported from the tree, so it needs no torch and no installed vLLM.
+``LoadContext`` in a child process (``contract.core.child``), whose table of stacks
+(``stack_table``) is the policy: the tree's code never runs in the tool's own process, and a block
+that exits, hangs or forks is one line. Nothing is imported from the tree, so it needs no torch and
+no installed vLLM.
 
 What the block does not say is read from the same tree: whether ``CUDAGraphWrapper.unwrap``
 (``compilation/cuda_graph.py:222-226``) and ``BreakableCUDAGraphWrapper.unwrap``
@@ -25,14 +28,14 @@ import inspect
 import types
 from pathlib import Path
 
-from contract.runners.mrv1.model import wrappers as stack
-from contract.runners.mrv1.real import wrapping
+from contract.core import child
 from contract.core.modes import CUDAGraphMode
 from contract.core.policy import Branch, BranchError
-from contract.runners.mrv1.model.wrappers import LoadContext
-from contract.runners.mrv1.model.policy import Policy
-from contract.runners.mrv1.model.policy_file import built_in
 from contract.core.scenario import ConfigRevision
+from contract.runners.mrv1.model import stack_table
+from contract.runners.mrv1.model import wrappers as stack
+from contract.runners.mrv1.model.policy_file import built_in
+from contract.runners.mrv1.real import wrapping
 
 RUNNER_FILE = "v1/worker/gpu_model_runner.py"
 CUDA_GRAPH_FILE = "compilation/cuda_graph.py"
@@ -143,15 +146,19 @@ def _compile(statements: list[ast.stmt], path: str) -> types.CodeType:
     ast.copy_location(function, statements[0])
     tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     namespace: dict = {}
-    exec(compile(tree, path, "exec"), namespace)
+    exec(compile(tree, path, "exec"), namespace)  # defines the function; runs none of the block
     return namespace["load_model_wrapping"].__code__
 
 
-def block_policy(statements: list[ast.stmt], path: str, name: str, adapters: dict,
-                 revision: ConfigRevision, source: str) -> Policy:
-    code = _compile(statements, path)
-
-    def load_model(ctx: LoadContext) -> stack.Stacks:
+def block_table(payload: dict) -> dict:
+    """In a child (``contract.core.child``): the tree's block run for every ``LoadContext``, as a
+    table (``stack_table``); ``{"problem": one line}`` when it raises, forks or leaves no stack."""
+    forked = child.refuse_forks()
+    statements = wrapping.block_statements(payload["source"], payload["path"])
+    code = _compile(statements, payload["path"])
+    adapters = _adapters(*payload["facts"])
+    rows = []
+    for ctx in stack_table.contexts():
         # The stand-in runner holds what the block reads (GPUModelRunner.__init__, :551, :705-710);
         # a drafter without a .model (ngram) wraps like no drafter, so it is left out.
         runner = types.SimpleNamespace(
@@ -162,12 +169,42 @@ def block_policy(statements: list[ast.stmt], path: str, name: str, adapters: dic
             runner.drafter = types.SimpleNamespace(model=ctx.drafter_model)
         # Fresh globals per call: is_breakable_cudagraph_enabled() answers for this context only.
         env = {**adapters, "__builtins__": builtins, "is_breakable_cudagraph_enabled": lambda: ctx.breakable}
-        types.FunctionType(code, env)(runner)
+        try:
+            types.FunctionType(code, env)(runner)
+        except BaseException as exc:  # noqa: BLE001 - the tree's code: any failure is its message
+            return {"problem": f"raised {child.error_text(exc)} for {stack_table.said(ctx)}"}
+        if forked():
+            return {"problem": "forked a process; the wrapping block must not start processes"}
         drafter = getattr(runner, "drafter", None)
-        return stack.Stacks(runner.model, None if drafter is None else drafter.model)
+        try:
+            rows.append(stack_table.to_json(stack.Stacks(runner.model, None if drafter is None else drafter.model), ctx))
+        except stack_table.TableError as exc:
+            return {"problem": f"left {exc} for {stack_table.said(ctx)}"}
+    return {"table": rows}
 
-    return Policy(name=name, load_model=load_model, config_revision=revision,
-                  description=f"the load_model wrapping block of {path}, run as a policy", source=source)
+
+def block_policy(source: str, path: str, name: str, facts: tuple[bool, bool, bool], revision: ConfigRevision,
+                 given: str, where: str):
+    """The tree's block as a policy: its table, computed in a child from the tree's statements."""
+    from contract.runners.mrv1.model.policy import Policy
+
+    what = f"the load_model wrapping block {where}"
+    try:
+        value = child.run("contract.runners.mrv1.branch:block_table",
+                          {"source": source, "path": path, "facts": list(facts)},
+                          what=what, timeout=child.time_limit(), env=child.project_env()).value
+        if not isinstance(value, dict):
+            raise child.ChildProblem(f"{what} reported no table")
+        if "problem" in value:
+            problem = value["problem"] if isinstance(value["problem"], str) else repr(value["problem"])
+            raise child.ChildProblem(f"{what} {problem[:1000]}")
+        table = stack_table.from_json(value.get("table"), path)
+    except child.ChildProblem as exc:
+        raise BranchError(f"{exc}; the block must leave self.model (and drafter.model) a wrapper stack") from None
+    except stack_table.TableError as exc:
+        raise BranchError(f"{what} reported {exc}") from None
+    return Policy(name=name, load_model=table, config_revision=revision,
+                  description=f"the load_model wrapping block of {path}, run as a policy", source=given)
 
 
 def load(pkg: Path, given: Path, *, as_policy: bool = False) -> Branch:
@@ -195,7 +232,6 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False) -> Branch:
     if unknown:
         raise BranchError(f"{where}: the wrapping block reads {', '.join(sorted(unknown))}, "
                           "which --vllm-src does not model")
-    adapters = _adapters(*facts)
-    check_calls(statements, adapters, where)
-    policy = block_policy(statements, runner_path, f"branch@{given.resolve().name}", adapters, revision, str(given))
+    check_calls(statements, _adapters(*facts), where)
+    policy = block_policy(source, runner_path, f"branch@{given.resolve().name}", facts, revision, str(given), where)
     return Branch(policy, where, None, given, pkg, rules)

@@ -10,7 +10,11 @@ rules, so a branch that edits them is verified with its own expressions:
   (``34:v1/worker/gpu/model_runner.py:783-786``).
 
 Each expression is compiled as a function of the names it reads, bound to the scenario's answers;
-an expression reading any other name is refused. Nothing is imported from the tree.
+an expression reading any other name is refused. The expressions run only in a child process
+(``contract.core.child``), over every input the model asks (``use_breakable_cg``: breakable x the
+five modes; ``piecewise_capture_available``: breakable x ``has_compiled_submodule``), and the parent
+runs the checked tables: an expression that exits, hangs or forks is one line. Nothing is imported
+from the tree.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import hashlib
 import types
 from pathlib import Path
 
+from contract.core import child
 from contract.core.modes import CUDAGraphMode
 from contract.core.policy import Branch, BranchError
 from contract.runners.mrv2.model.policies import built_in
@@ -80,11 +85,15 @@ def _assigned(method: ast.FunctionDef | None, target: str, where: str) -> ast.ex
     return found[0]
 
 
-def _function(expr: ast.expr, path: str, where: str):
+def _check_names(expr: ast.expr, where: str) -> None:
     names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} - set(dir(builtins))
     unknown = names - BOUND
     if unknown:
         raise BranchError(f"{where}: the expression reads {', '.join(sorted(unknown))}, which --vllm-src does not model")
+
+
+def _function(expr: ast.expr, path: str):
+    """The expression as a function of ``BOUND``'s names (in the child: creating it runs none of it)."""
     args = sorted(BOUND)
     lam = ast.Expression(ast.Lambda(
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in args], vararg=None, kwonlyargs=[],
@@ -104,16 +113,22 @@ def release_of(manager_tree: ast.Module, where: str) -> str:
                       "decode_query_lens (0.34); this MRV2 revision is not modelled")
 
 
-def load(pkg: Path, given: Path, *, as_policy: bool = False):
-    """The tree as a policy: the release's built-in one when both rules are as released (unless
-    ``as_policy``), else that release's policy with the tree's rules."""
-    manager_path, runner_path = str(pkg / MANAGER_FILE), str(pkg / RUNNER_FILE)
-    manager_tree, runner_tree = _parse(pkg, MANAGER_FILE), _parse(pkg, RUNNER_FILE)
-    release = release_of(manager_tree, manager_path)
+def _expressions(manager_tree: ast.Module, runner_tree: ast.Module, manager_path: str,
+                 runner_path: str) -> tuple[ast.expr, ast.expr]:
     breakable_expr = _assigned(_method(manager_tree, "CudaGraphManager", "__init__"), "self.use_breakable_cg",
                                f"{manager_path}: CudaGraphManager.__init__")
     available_expr = _assigned(_method(runner_tree, "GPUModelRunner", "initialize_kv_cache"),
                                "piecewise_capture_available", f"{runner_path}: GPUModelRunner.initialize_kv_cache")
+    return breakable_expr, available_expr
+
+
+def load(pkg: Path, given: Path, *, as_policy: bool = False):
+    """The tree as a policy: the release's built-in one when both rules are as released (unless
+    ``as_policy``), else that release's policy with the tree's rules, as tables computed in a child."""
+    manager_path, runner_path = str(pkg / MANAGER_FILE), str(pkg / RUNNER_FILE)
+    manager_tree, runner_tree = _parse(pkg, MANAGER_FILE), _parse(pkg, RUNNER_FILE)
+    release = release_of(manager_tree, manager_path)
+    breakable_expr, available_expr = _expressions(manager_tree, runner_tree, manager_path, runner_path)
     where = f"{manager_path}:{breakable_expr.lineno}, {runner_path}:{available_expr.lineno}"
     base: Mrv2Policy = built_in(f"mrv2_{release.replace('.', '_')}")
     released = tuple(_dump(s) for s in RELEASED[release])
@@ -121,13 +136,20 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False):
     rules = hashlib.sha256(repr((release, read)).encode()).hexdigest()
     if read == released and not as_policy:
         return Branch(base, where, f"{release}.0", given, pkg, rules, "Model Runner V2 rules")
-    use_breakable_cg = _use_breakable_cg(*_function(breakable_expr, manager_path, where))
-    available = _available(*_function(available_expr, runner_path, where))
+    _check_names(breakable_expr, where)
+    _check_names(available_expr, where)
+    use_breakable_cg, available = _tables(pkg, manager_path, runner_path, where)
     policy = base.mutate(f"branch@{given.resolve().name}",
                          f"the MRV2 rules of {pkg} (vLLM {release} layout), run as a policy",
                          use_breakable_cg=use_breakable_cg, piecewise_capture_available=available,
                          source=str(given))
     return Branch(policy, where, None, given, pkg, rules, "Model Runner V2 rules")
+
+
+# The inputs each rule is asked for: use_breakable_cg(breakable, cudagraph_mode) and
+# piecewise_capture_available(breakable, has_compiled_submodule).
+BREAKABLE_INPUTS = [(b, m) for b in (False, True) for m in CUDAGraphMode]
+AVAILABLE_INPUTS = [(b, c) for b in (False, True) for c in (False, True)]
 
 
 def _names(breakable: bool, mode: CUDAGraphMode, compiled: bool) -> dict:
@@ -142,15 +164,71 @@ def _names(breakable: bool, mode: CUDAGraphMode, compiled: bool) -> dict:
     }
 
 
-def _use_breakable_cg(fn, args):
-    def use_breakable_cg(breakable: bool, mode: CUDAGraphMode) -> bool:
-        names = _names(breakable, mode, False)
-        return bool(fn(*(names[a] for a in args)))
-    return use_breakable_cg
+def rule_tables(payload: dict) -> dict:
+    """In a child (``contract.core.child``): both expressions of the tree evaluated for every input,
+    ``{"problem": one line}`` when one raises or forks."""
+    forked = child.refuse_forks()
+    paths = payload["manager_path"], payload["runner_path"]
+    trees = [ast.parse(payload[key], path) for key, path in zip(("manager_source", "runner_source"), paths)]
+    breakable_expr, available_expr = _expressions(*trees, *paths)
+    out: dict = {}
+    for rule, expr, path, inputs, names in (
+            ("use_breakable_cg", breakable_expr, paths[0], BREAKABLE_INPUTS, lambda b, m: _names(b, m, False)),
+            ("piecewise_capture_available", available_expr, paths[1], AVAILABLE_INPUTS,
+             lambda b, c: _names(b, CUDAGraphMode.NONE, c))):
+        fn, args = _function(expr, path)
+        rows = []
+        for a, b in inputs:
+            bound = names(a, b)
+            try:
+                value = bool(fn(*(bound[n] for n in args)))
+            except BaseException as exc:  # noqa: BLE001 - the tree's code: any failure is its message
+                return {"problem": f"{rule} = ... raised {child.error_text(exc)} for ({a}, {getattr(b, 'name', b)})"}
+            if forked():
+                return {"problem": f"{rule} = ... forked a process; the expression must not start processes"}
+            rows.append([a, getattr(b, "name", b), value])
+        out[rule] = rows
+    return out
 
 
-def _available(fn, args):
-    def piecewise_capture_available(breakable: bool, has_compiled_submodule: bool) -> bool:
-        names = _names(breakable, CUDAGraphMode.NONE, has_compiled_submodule)
-        return bool(fn(*(names[a] for a in args)))
-    return piecewise_capture_available
+class RuleTable:
+    """A rule of the tree read from its checked table: ``(breakable, x) -> bool``."""
+
+    def __init__(self, rule: str, rows: dict):
+        self.rule, self.rows = rule, rows
+
+    def __call__(self, breakable: bool, other) -> bool:
+        return self.rows[(bool(breakable), other)]
+
+    def __repr__(self) -> str:
+        return f"RuleTable({self.rule})"
+
+
+def _checked(rule: str, rows: object, inputs: list, what: str) -> RuleTable:
+    want = [[a, getattr(b, "name", b)] for a, b in inputs]
+    if (not isinstance(rows, list) or len(rows) != len(inputs)
+            or any(not isinstance(r, list) or len(r) != 3 or type(r[2]) is not bool for r in rows)
+            or sorted(map(repr, (r[:2] for r in rows))) != sorted(map(repr, want))):
+        raise BranchError(f"{what} reported a {rule} table that is not one bool per input")
+    by_json = {repr(r[:2]): r[2] for r in rows}
+    return RuleTable(rule, {(a, b): by_json[repr([a, getattr(b, "name", b)])] for a, b in inputs})
+
+
+def _tables(pkg: Path, manager_path: str, runner_path: str, where: str) -> tuple[RuleTable, RuleTable]:
+    what = f"the Model Runner V2 rules {where}"
+    payload = {"manager_path": manager_path, "runner_path": runner_path,
+               "manager_source": (pkg / MANAGER_FILE).read_text(encoding="utf-8"),
+               "runner_source": (pkg / RUNNER_FILE).read_text(encoding="utf-8")}
+    try:
+        value = child.run("contract.runners.mrv2.branch:rule_tables", payload, what=what,
+                          timeout=child.time_limit(), env=child.project_env()).value
+        if not isinstance(value, dict):
+            raise child.ChildProblem(f"{what} reported no tables")
+        if "problem" in value:
+            problem = value["problem"] if isinstance(value["problem"], str) else repr(value["problem"])
+            raise child.ChildProblem(f"{what}: {problem[:1000]}")
+    except child.ChildProblem as exc:
+        raise BranchError(f"{exc}; each rule must be an expression giving a bool") from None
+    return (_checked("use_breakable_cg", value.get("use_breakable_cg"), BREAKABLE_INPUTS, what),
+            _checked("piecewise_capture_available", value.get("piecewise_capture_available"), AVAILABLE_INPUTS, what))
+

@@ -1,0 +1,81 @@
+"""Functions ``tests/test_child.py`` runs in a child through ``contract.core.child``: each does one
+thing a named piece of code can do to its process."""
+
+from __future__ import annotations
+
+import sys
+import os
+import signal
+import time
+from pathlib import Path
+
+from contract.core import child
+
+
+def echo(payload):
+    return payload
+
+
+def exit_now(payload):
+    os._exit(payload["status"])
+
+
+def write_pid_and_hang(payload):
+    Path(payload["pidfile"]).write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.01)
+
+
+def kill_self(payload):
+    os.kill(os.getpid(), getattr(signal, payload["signal"]))
+    time.sleep(5)
+
+
+def fork(payload):
+    """The copy reports its pid, tries to return a value of its own and then lingers; the original
+    returns a little later."""
+    pid = os.fork()
+    if pid == 0:
+        Path(payload["pidfile"]).write_text(str(os.getpid()))
+        if payload.get("linger"):
+            while True:
+                time.sleep(0.01)
+        return "the fork's copy"
+    time.sleep(0.3)
+    return "the original"
+
+
+def refused_fork(payload):
+    forked = child.refuse_forks()
+    pid = os.fork()
+    if pid == 0:  # never reached: the copy exits at once
+        Path(payload["marker"]).write_text("the copy ran")
+        return "the fork's copy"
+    os.waitpid(pid, 0)
+    return {"forked": forked()}
+
+
+def not_json(payload):
+    return {"nan": float("nan")} if payload == "nan" else {"set": {1, 2}}
+
+
+def deep(payload):
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    return value
+
+
+def raises(payload):
+    raise ValueError("line one\nline two")
+
+
+def prints(payload):
+    print("to stdout")
+    import sys
+    print("to stderr", file=sys.stderr)
+    return 1
+
+
+def import_path(_payload):
+    return sys.path

@@ -1,0 +1,204 @@
+"""``contract.core.child``: named code runs in a child whose only way to report is a validated result.
+
+Every way a child can end without reporting (an exit, ``os._exit(0)``, a hang, a signal, a fork that
+tries to report or lingers, a value that is not JSON) is a ``ChildProblem`` with one line; a parent
+killed by SIGTERM or SIGKILL takes its child with it. The targets are in ``tests/child_targets.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from contract.core import child
+
+ROOT = Path(__file__).resolve().parents[1]
+T = "tests.child_targets:"
+
+
+def run(name: str, payload=None, **kwargs) -> child.Outcome:
+    kwargs.setdefault("env", child.project_env())  # the child drops its working folder from sys.path
+    return child.run(T + name, payload, what="the probe", cwd=str(ROOT), **kwargs)
+
+
+def problem(name: str, payload=None, **kwargs) -> str:
+    with pytest.raises(child.ChildProblem) as caught:
+        run(name, payload, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("the probe"), message
+    return message
+
+
+def gone(pid: int) -> bool:
+    """No such process, or a zombie no one has reaped yet (it runs nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def wait_for(path: Path, seconds: float = 30) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        time.sleep(0.02)
+    raise AssertionError(f"{path} was never written")
+
+
+def wait_gone(pid: int, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if gone(pid):
+            return True
+        time.sleep(0.05)
+    return gone(pid)
+
+
+def test_a_value_comes_back_and_the_output_stays_apart():
+    outcome = run("prints")
+    assert outcome.value == 1
+    assert outcome.stdout == "to stdout\n" and outcome.stderr == "to stderr\n"
+    assert run("echo", {"a": [1, "b", None]}).value == {"a": [1, "b", None]}
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_an_exit_without_a_result(status):
+    assert f"exited with status {status} before reporting a result" in problem("exit_now", {"status": status})
+
+
+def test_a_hang_is_stopped_at_the_timeout(tmp_path):
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    message = problem("write_pid_and_hang", {"pidfile": str(pidfile)}, timeout=1)
+    assert "did not finish within 1 s; pass --timeout to allow more" in message
+    assert time.monotonic() - started < 10
+    assert wait_gone(wait_for(pidfile))
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSEGV", "SIGTERM"])
+def test_killed_by_a_signal(sig):
+    assert problem("kill_self", {"signal": sig}).endswith(f"was killed by {sig}")
+
+
+def test_a_forked_copy_cannot_report_and_does_not_outlive_the_run(tmp_path):
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    assert run("fork", {"pidfile": str(pidfile), "linger": True}).value == "the original"
+    # The run ends when the child does, not when the lingering copy would.
+    assert time.monotonic() - started < 10
+    assert wait_gone(wait_for(pidfile))
+
+
+def test_a_forked_copy_that_returns_first_is_not_the_result(tmp_path):
+    for _ in range(3):
+        assert run("fork", {"pidfile": str(tmp_path / "pid")}).value == "the original"
+
+
+def test_refuse_forks_ends_the_copy_and_says_so(tmp_path):
+    assert run("refused_fork", {"marker": str(tmp_path / "marker")}).value == {"forked": True}
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("kind", ["set", "nan"])
+def test_a_value_that_is_not_json(kind):
+    assert "the result is not JSON" in problem("not_json", kind)
+
+
+def test_a_value_nested_too_deep_for_json():
+    assert "the result is not JSON: RecursionError" in problem("deep")
+
+
+def test_an_exception_is_its_first_line():
+    assert problem("raises").endswith("the probe: ValueError: line one")
+
+
+def test_only_the_projects_functions_run():
+    with pytest.raises(child.ChildProblem, match="only the project's own functions"):
+        child.run("os:getcwd", None, what="x")
+
+
+def test_an_interpreter_that_cannot_run(tmp_path):
+    script = tmp_path / "python"
+    script.write_text("not a program\n")
+    with pytest.raises(child.ChildProblem, match="cannot be run: Permission denied"):
+        child.run(T + "echo", 1, what="x", python=script)
+    script.chmod(0o755)
+    with pytest.raises(child.ChildProblem, match="cannot be run: Exec format error"):
+        child.run(T + "echo", 1, what="x", python=script)
+
+
+def test_a_foreign_interpreter_that_exits_0_is_no_pass(tmp_path):
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    with pytest.raises(child.ChildProblem, match="exited with status 0 before reporting a result"):
+        child.run(T + "echo", 1, what="x", python=script)
+
+
+PARENT = """
+import sys
+from contract.core import child
+child.run("tests.child_targets:write_pid_and_hang", {"pidfile": sys.argv[1]}, what="the probe", timeout=120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP])
+def test_the_child_dies_with_its_parent(tmp_path, sig):
+    pidfile = tmp_path / "pid"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(pidfile)], cwd=ROOT, env=child.project_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        pid = wait_for(pidfile)
+        assert not gone(pid)
+        parent.send_signal(sig)
+        parent.wait(timeout=30)
+        assert wait_gone(pid), f"the child {pid} outlived its parent killed by {sig.name}"
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_foreign_interpreter_dies_with_its_parent(tmp_path):
+    """The parent-death signal is set before the child's interpreter starts: an interpreter that
+    never runs this project's code still dies with the parent."""
+    pidfile = tmp_path / "pid"
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    script.chmod(0o755)
+    code = ("import sys\nfrom contract.core import child\n"
+            f"child.run('tests.child_targets:echo', 1, what='x', python={str(script)!r}, timeout=120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        pid = wait_for(pidfile)
+        parent.kill()
+        parent.wait(timeout=30)
+        assert wait_gone(pid)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_the_time_limit_is_a_setting():
+    try:
+        child.set_time_limit(7)
+        assert child.time_limit() == 7
+    finally:
+        child.set_time_limit(child.DEFAULT_TIMEOUT_S)
+
+
+def test_the_working_folder_is_not_on_the_childs_import_path(tmp_path):
+    """Run from a vLLM checkout's root, the checkout's ``vllm`` must not shadow the environment's."""
+    path = child.run(T + "import_path", None, what="the probe", cwd=str(tmp_path), env=child.project_env()).value
+    assert str(tmp_path) not in path and "" not in path, path
