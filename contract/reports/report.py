@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.core.coverage import Cell
-from contract.evidence import decision_lines, matrix, serve, status, vllm_test
+from contract.evidence import decision_lines, matrix, serve, status
 from contract.evidence.release_facts import committed
 from contract.core.expected import STATUS
 from contract.core.explore import Exploration
@@ -17,7 +17,6 @@ from contract.core.observation import Dispatch
 from contract.core.policy import Policy
 from contract.core.properties import PROPERTIES
 from contract.core.render import dispatch_summary
-from contract.core.scenario import Runner
 from contract.core.output import write_atomic
 from contract.core.trace import Trace, replay
 from contract.core.verify import Verdict
@@ -75,11 +74,10 @@ def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: i
         "",
         *matrix.markdown(trace, conformance),
     ]
-    if trace.scenario.runner is Runner.MRV1 and prop in vllm_test.CHECKS:
-        name = vllm_test.file_name(trace)
-        lines += ["", "## A failing test for vLLM's `tests/v1/cudagraph/`", "",
-                  f"[`{name}`]({name}) replays these events on the installed vLLM's own code (CUDA graphs "
-                  f"simulated on CPU) and asserts {prop} per dispatch: {matrix.outcomes(trace, conformance)}."]
+    lines += ["", "## A vLLM unit test", "",
+              "Each root cause of [`findings.md`](../findings.md) has one under `fixes/<root-cause>/`, written as "
+              "vLLM's `tests/v1/cudagraph/` tests are (vLLM, torch and pytest only), with a candidate fix that "
+              "`cudagraph-contract fix-check` accepted."]
     lines += ["", "## The events", "", *step_list(rep.records, step_index)]
     lines += ["", "## Wrapper stacks and the dispatch path", ""]
     if d is not None:
@@ -227,10 +225,6 @@ def write(out: Path, results: list[PolicyResult], conformance_reports: Path | No
             write_atomic(base.with_suffix(".json"), trace.dumps())
             write_atomic(base.with_suffix(".md"), page)
             written += [base.with_suffix(".json"), base.with_suffix(".md")]
-            if trace.scenario.runner is Runner.MRV1 and pid in vllm_test.CHECKS:
-                test = base.parent / vllm_test.file_name(trace)
-                write_atomic(test, vllm_test.vllm_test(trace, matrix.outcomes(trace, conformance)))
-                written.append(test)
     total = sum(len(r.exploration.cells) for r in results)
     reached = sum(len(r.cells & r.exploration.cells) for r in results)
     write_atomic(out / "README.md", readme(results, (reached, total), confirmations))
