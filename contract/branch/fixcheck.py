@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contract.core.graphs import dispatch_kind, served
+from contract.core.modes import CUDAGraphMode
 from contract.core.policy import PolicyError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +38,7 @@ class RootCause:
     folder: Path
     test: Path | None
     witnesses: tuple[Path, ...]
+    kind: dict  # the violation kind its classes share (``contract/evidence/root_causes.py`` ``kind_of``)
 
     @classmethod
     def read(cls, folder: Path) -> RootCause:
@@ -48,7 +51,7 @@ class RootCause:
         missing = [str(w) for w in witnesses if not w.is_file()]
         if missing:
             raise FixCheckError(f"--root-cause {folder}: fix.json names witnesses that do not exist: {', '.join(missing)}")
-        return cls(data.get("root_cause", folder.name), folder, test, witnesses)
+        return cls(data.get("root_cause", folder.name), folder, test, witnesses, data.get("kind") or {})
 
 
 def touched(patch_text: str) -> list[str]:
@@ -84,6 +87,24 @@ def patched_copy(release_pkg: Path, patch: Path, dest: Path) -> Path:
         why = (done.stdout + done.stderr).strip().splitlines()
         raise FixCheckError(f"{patch} does not apply to vLLM {release_pkg}: {why[-1] if why else 'patch failed'}")
     return dest
+
+
+def ungraphed(shown, branch_records) -> list[str]:
+    """The serving dispatches a root cause's violations were on (``shown``: signature, record,
+    violation, on the release) that no graph serves on the patched tree: a fix that makes them run
+    eagerly removed the graphs instead of adding the capturer."""
+    out = []
+    for _, record, violation in shown:
+        if violation.dispatch is None or record.index >= len(branch_records):
+            continue
+        was = record.dispatches[violation.dispatch]
+        if was.runtime_mode is CUDAGraphMode.NONE or dispatch_kind(record.event, was) is None:
+            continue
+        now = [d for d in branch_records[record.index].dispatches if (d.role, d.context) == (was.role, was.context)]
+        if now and not any(served(d) for d in now):
+            out.append(f"step {record.index} {was.role} {was.context}: {was.runtime_mode.name} on the release, "
+                       f"{', '.join(sorted({d.runtime_mode.name for d in now}))} without a graph with the patch")
+    return out
 
 
 @dataclass(frozen=True)

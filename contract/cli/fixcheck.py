@@ -20,6 +20,7 @@ from contract.branch.fixcheck import (
     FixCheckError,
     RootCause,
     Verdict,
+    ungraphed,
     patched_copy,
     run_test,
 )
@@ -32,6 +33,7 @@ from contract.core.output import OutputError, check_folder, transaction
 from contract.core.policy import PolicyError
 from contract.core.properties import check
 from contract.core.trace import TraceError, load
+from contract.evidence.root_causes import kind_matches
 from contract.families import by_runner, load_policy
 from contract.real import judge
 from contract.real.installed import (
@@ -47,10 +49,15 @@ from contract.reports import branch as branch_report
 CORPORA = ("witnesses", "covering", "full")
 
 
-def _signatures(trace, observation: dict, family) -> set:
+def _records(trace, observation: dict, family) -> list:
     steps = observation.get("steps") or []
-    records = judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json)
-    return {sig for r in records for sig, _ in signatures(r, check(r, trace.scenario, family.runner))}
+    return judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json)
+
+
+def _violations(trace, records, family, kind: dict) -> list:
+    """(signature, record, violation) of the root cause's kind (every kind without one)."""
+    return [(sig, r, v) for r in records for sig, v in signatures(r, check(r, trace.scenario, family.runner))
+            if not kind or kind_matches(kind, sig.to_json())]
 
 
 def fix_check(
@@ -123,28 +130,47 @@ def fix_check(
         if not mine:
             verdict.said.append("no witness of this runner to check the fix against (fix.json names none)")
         for w in mine:
-            before, after = _signatures(w, base_obs[w.name], family), _signatures(w, branch_obs[w.name], family)
+            base_records, branch_records = _records(w, base_obs[w.name], family), _records(w, branch_obs[w.name], family)
+            # the root cause's own classes: a witness may show another root cause's too (0.29.0's P3)
+            shown = _violations(w, base_records, family, cause.kind)
+            before = {sig for sig, _, _ in shown}
+            after = {sig for sig, _, _ in _violations(w, branch_records, family, cause.kind)}
             if not before:
-                verdict.said.append(f"witness {w.name}: vLLM {version} shows no violation on it; it says nothing here")
+                verdict.said.append(f"witness {w.name}: vLLM {version} shows no violation of this root cause on it; "
+                                    "it says nothing here")
                 continue
             left = sorted({f"{s.property} {s.role} {s.runtime_mode}: {s.what}" for s in before & after})
             if left:
                 verdict.accepted = False
                 verdict.reasons.append(f"witness {w.name} still shows {'; '.join(left)}")
+                continue
+            graphless = sorted(ungraphed(shown, branch_records))
+            if graphless:
+                verdict.accepted = False
+                verdict.reasons.append(f"witness {w.name}: its violation went with the graphs (traded): "
+                                       + "; ".join(graphless))
             else:
-                verdict.said.append(f"witness {w.name}: its {len(before)} violation(s) on vLLM {version} are gone")
+                verdict.said.append(f"witness {w.name}: its {len(before)} violation(s) on vLLM {version} are gone, "
+                                    "and a graph serves each dispatch they were on")
         d = run.differential
         if d.new:
             verdict.accepted = False
             verdict.reasons.append(f"{len(d.new)} new class(es) on vLLM's code: " + "; ".join(c.title for c in d.new[:3]))
-        verdict.said.append(f"vLLM's code on {len(run.traces)} traces ({run.selection.why}): {len(d.new)} new, "
-                            f"{len(d.fixed)} fixed, {len(d.inherited)} inherited")
+        if d.lost:
+            verdict.accepted = False
+            verdict.reasons.append("lost graphs on vLLM's code: " + "; ".join(c.title for c in d.lost[:3]))
+        verdict.said.append(f"vLLM's code on {len(run.traces)} traces ({run.selection.why}): {d.summary()}")
         if tree.release is None:  # the rules the family reads are not the release's: the model differs too
             model = compare(tree.policy, chosen.policy)
             if model.new:
                 verdict.accepted = False
-                verdict.reasons.append(f"{len(model.new)} new class(es) in the model of the rules the patch changes")
-            verdict.said.append(f"the model on the patched rules: {len(model.new)} new, {len(model.fixed)} fixed")
+                verdict.reasons.append(f"{len(model.new)} new class(es) in the model of the rules the patch changes: "
+                                       + "; ".join(c.title for c in model.new[:3]))
+            if model.lost:
+                verdict.accepted = False
+                verdict.reasons.append("lost graphs in the model of the rules the patch changes: "
+                                       + "; ".join(c.title for c in model.lost[:3]))
+            verdict.said.append(f"the model on the patched rules: {model.summary()}")
         if cause is not None and cause.test is not None:
             after = run_test(cause.test, tree_root, shared, python)
             before = run_test(cause.test, None, shared, python)
