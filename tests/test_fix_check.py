@@ -42,8 +42,7 @@ def test_the_shipped_fix_is_accepted(folder, tmp_path):
     assert rc == 0 and verdict["accepted"], (verdict["reasons"], stderr[-2000:])
     checked = "\n".join(verdict["checked"])
     assert f"fail on vLLM {release}, pass with the patch" in checked, checked
-    assert "are gone, and a graph serves each dispatch they were on" in checked or "AssertionError" in str(verdict), \
-        checked  # a witness really was fixed
+    assert "are gone, and a graph serves each dispatch they were on" in checked, checked  # a witness was fixed
     assert (tmp_path / "reports" / "README.md").is_file()
 
 
