@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from contract.runners.mrv1 import branch as mrv1_branch
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "tests" / "traces" / "v030-nested-full-over-breakable.json"
 MARKER = "ran.marker"
 LIMIT_S = 60
 BLOCK_FIRST = "        cudagraph_mode = self.compilation_config.cudagraph_mode\n"
-MRV1_FILES = ("v1/worker/gpu_model_runner.py", "compilation/cuda_graph.py", "compilation/breakable_cudagraph.py",
-              "config/vllm.py")
+MRV1_FILES = mrv1_branch.FILES
 MUST = "a policy file defines load_model(ctx) returning Stacks(target, drafter)"
 
 

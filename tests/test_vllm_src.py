@@ -23,7 +23,7 @@ from contract.core.properties import PROPERTIES
 from contract.core.scenario import ConfigRevision
 
 ROOT = Path(__file__).resolve().parents[1]
-NEEDED = (mrv1_branch.RUNNER_FILE, mrv1_branch.CUDA_GRAPH_FILE, mrv1_branch.BREAKABLE_FILE, mrv1_branch.CONFIG_FILE)
+NEEDED = mrv1_branch.FILES
 # The second `if` of 0.30.0's block (gpu_model_runner.py:5477-5480), the one #56312 split from the
 # breakable branch; `elif` puts back 0.29.0's "breakable replaces the FULL wrapper".
 SECOND_IF = "\n        if (\n            cudagraph_mode.has_full_cudagraphs()"

@@ -40,10 +40,18 @@ from contract.runners.mrv1.real import wrapping
 RUNNER_FILE = "v1/worker/gpu_model_runner.py"
 CUDA_GRAPH_FILE = "compilation/cuda_graph.py"
 BREAKABLE_FILE = "compilation/breakable_cudagraph.py"
+UBATCH_FILE = "v1/worker/gpu_ubatch_wrapper.py"
 CONFIG_FILE = "config/vllm.py"
+FILES = (RUNNER_FILE, CUDA_GRAPH_FILE, BREAKABLE_FILE, UBATCH_FILE, CONFIG_FILE)  # what a tree must hold
+# The wrappers' facts of the releases whose blocks ``wrapping.KNOWN_REVISIONS`` knows: whether
+# CUDAGraphWrapper.unwrap, BreakableCUDAGraphWrapper.unwrap and UBatchWrapper.unwrap recurse, and
+# whether the breakable wrapper takes ``runtime_mode`` (read from 0.29.0, 0.30.0 and 0.33.0).
+RELEASE_FACTS = {"0.29.0": (False, False, False, False), "0.30.0": (True, True, True, False)}
+
 # What verify --vllm-src reads of an MRV1 tree: (file, function) whose statements it reads.
 READS = ((RUNNER_FILE, "GPUModelRunner.load_model"), (CUDA_GRAPH_FILE, "CUDAGraphWrapper.unwrap"),
          (BREAKABLE_FILE, "BreakableCUDAGraphWrapper.unwrap"), (BREAKABLE_FILE, "BreakableCUDAGraphWrapper.__init__"),
+         (UBATCH_FILE, "UBatchWrapper.unwrap"),
          (CONFIG_FILE, "VllmConfig._normalize_piecewise_cudagraph_mode"))
 
 # The free names of the wrapping block; each is bound below. A block reading any other name is
@@ -98,7 +106,8 @@ def _free_names(statements: list[ast.stmt]) -> set[str]:
     return loaded - stored - set(dir(builtins))
 
 
-def _adapters(cuda_graph_recurses: bool, breakable_recurses: bool, breakable_runtime_mode: bool) -> dict:
+def _adapters(cuda_graph_recurses: bool, breakable_recurses: bool, breakable_runtime_mode: bool,
+              ubatch_recurses: bool) -> dict:
     """vLLM's constructor signatures (``cuda_graph.py:178-184``, ``breakable_cudagraph.py:274-279``,
     ``gpu_ubatch_wrapper.py:66-72``) building ``contract.runners.mrv1.model.wrappers`` nodes; ``vllm_config`` and
     ``device`` are dropped, an argument the branch's class would refuse is a ``TypeError`` here too."""
@@ -114,7 +123,7 @@ def _adapters(cuda_graph_recurses: bool, breakable_recurses: bool, breakable_run
             return stack.BreakableCUDAGraphWrapper(runnable, None, recursive_unwrap=breakable_recurses)
 
     def UBatchWrapper(runnable, vllm_config, runtime_mode, device):
-        return stack.UBatchWrapper(runnable, runtime_mode)
+        return stack.UBatchWrapper(runnable, runtime_mode, recursive_unwrap=ubatch_recurses)
 
     # get_offloader().post_init() (gpu_model_runner.py:5495) moves no graph-relevant state.
     offloader = types.SimpleNamespace(post_init=lambda: None)
@@ -183,7 +192,7 @@ def block_table(payload: dict) -> dict:
     return {"table": rows}
 
 
-def block_policy(source: str, path: str, name: str, facts: tuple[bool, bool, bool], revision: ConfigRevision,
+def block_policy(source: str, path: str, name: str, facts: tuple[bool, bool, bool, bool], revision: ConfigRevision,
                  given: str, where: str):
     """The tree's block as a policy: its table, computed in a child from the tree's statements."""
     from contract.runners.mrv1.model.policy import Policy
@@ -221,10 +230,13 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False) -> Branch:
     where = f"{runner_path}:{statements[0].lineno}-{statements[-1].end_lineno or statements[-1].lineno}"
     cuda_graph, breakable = _parse(pkg, CUDA_GRAPH_FILE), _parse(pkg, BREAKABLE_FILE)
     facts = (unwrap_recurses(cuda_graph, "CUDAGraphWrapper"), unwrap_recurses(breakable, "BreakableCUDAGraphWrapper"),
-             takes_runtime_mode(breakable, "BreakableCUDAGraphWrapper"))
+             takes_runtime_mode(breakable, "BreakableCUDAGraphWrapper"),
+             unwrap_recurses(_parse(pkg, UBATCH_FILE), "UBatchWrapper"))
     revision = config_revision(_parse(pkg, CONFIG_FILE))
     rules = hashlib.sha256(repr((wrapping.digest(statements), facts, revision.value)).encode()).hexdigest()
     known = wrapping.KNOWN_REVISIONS.get(wrapping.digest(statements))
+    if known is not None and facts != RELEASE_FACTS[known[0]]:
+        known = None  # a release's block over wrappers that unwrap otherwise: not that release's rules
     if known is not None and not as_policy:
         release, policy_name = known
         return Branch(built_in(policy_name), where, release, given, pkg, rules)

@@ -84,10 +84,9 @@ def _layers(node: object, leaf: RawModel, role: str) -> list[dict]:
         if len(out) == MAX_WRAPPERS:
             raise TableError(f"a {role} stack more than {MAX_WRAPPERS} wrappers deep")
         layer = {"kind": kind.__name__, "runtime_mode": _mode(node.runtime_mode, kind, role)}
-        if kind is not UBatchWrapper:
-            if type(node.recursive_unwrap) is not bool:
-                raise TableError(f"a {kind.__name__} in the {role} stack whose recursive_unwrap is not a bool")
-            layer["recursive_unwrap"] = node.recursive_unwrap
+        if type(node.recursive_unwrap) is not bool:
+            raise TableError(f"a {kind.__name__} in the {role} stack whose recursive_unwrap is not a bool")
+        layer["recursive_unwrap"] = node.recursive_unwrap
         out.append(layer)
         node = node.runnable
 
@@ -138,20 +137,16 @@ def _node(layers: object, role: str) -> tuple:
             raise TableError(f"a {kind} with runtime_mode {mode!r}")
         if kind == "CUDAGraphWrapper" and mode == "NONE":
             raise TableError("a CUDAGraphWrapper(NONE)")
-        keys = {"kind", "runtime_mode"} | ({"recursive_unwrap"} if kind != "UBatchWrapper" else set())
-        if set(layer) != keys or (kind != "UBatchWrapper" and type(layer["recursive_unwrap"]) is not bool):
+        if set(layer) != {"kind", "runtime_mode", "recursive_unwrap"} or type(layer["recursive_unwrap"]) is not bool:
             raise TableError(f"a {kind} layer with fields {sorted(layer)}")
-        checked.append((kind, None if mode is None else CUDAGraphMode[mode], layer.get("recursive_unwrap")))
+        checked.append((kind, None if mode is None else CUDAGraphMode[mode], layer["recursive_unwrap"]))
     return tuple(checked)
 
 
 def _build(layers: tuple, leaf: RawModel) -> Runnable:
     node: Runnable = leaf
     for kind, mode, recursive in reversed(layers):
-        if kind == "UBatchWrapper":
-            node = UBatchWrapper(node, mode)
-        else:
-            node = WRAPPERS[kind](node, mode, recursive_unwrap=recursive)
+        node = WRAPPERS[kind](node, mode, recursive_unwrap=recursive)
     return node
 
 

@@ -63,10 +63,12 @@ class BreakableCUDAGraphWrapper:
 class UBatchWrapper:
     """``v1/worker/gpu_ubatch_wrapper.py:65-456``: builds a *sibling* ``CUDAGraphWrapper`` on the
     same runnable when ``runtime_mode`` is not NONE (``:84-88``) and sends FULL to it; NONE and
-    PIECEWISE go to the runnable (``:376-380``). ``unwrap()`` is not recursive (``:117-119``)."""
+    PIECEWISE go to the runnable (``:376-380``). ``unwrap()`` is not recursive in any release
+    (``:117-119``); a branch may make it so (``recursive_unwrap``)."""
 
     runnable: Runnable
     runtime_mode: CUDAGraphMode
+    recursive_unwrap: bool = False
 
     @property
     def label(self) -> str:
