@@ -5,7 +5,7 @@ VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
 
-.PHONY: verify test test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all findings clean
+.PHONY: verify test test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all findings fixes clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,12 @@ findings: $(VENV)/.installed
 	  [ -f reports/conformance/vllm-$$v$$([ $$r = mrv2 ] && echo -mrv2).json ] || continue; \
 	  $(VENV)/bin/python -m contract.evidence.deciding_batch --vllm $$v --runner $$r || exit 1; \
 	done
+	$(VENV)/bin/python -m contract.reports.root_causes
+
+# Not in CI: fix-check on every patch and wrong fix under fixes/, each on its release; the verdicts go
+# into each fix.json (fix_check), shown on the root-cause pages. make test checks the newest of each.
+fixes: $(VENV)/.installed vllm-envs
+	$(VENV)/bin/python scripts/fix_checks.py
 	$(VENV)/bin/python -m contract.reports.root_causes
 
 clean:

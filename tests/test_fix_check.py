@@ -1,8 +1,9 @@
-"""``fix-check`` on the shipped fixes (``fixes/<id>/fix.json`` ``patches``): each root cause's fix for
-the newest release it patches is accepted (its witnesses fixed on vLLM's own code, nothing new, no
-graph lost, its vLLM unit test failing before the patch and passing after), and a wrong fix (one that
-makes the drafter run eager instead of giving it a capturer) is rejected with its reason. The other
-releases' patches are checked by ``make fixes``, whose results ``docs/fixes.md`` records."""
+"""``fix-check`` on the shipped fixes: for each root cause, the patch for the newest release it patches
+gets the verdict ``make fixes`` recorded in its ``fix.json`` (``fix_check``); an accepted one has its
+witnesses fixed on vLLM's own code with a graph serving each dispatch they were on, nothing new, no
+graph lost, and its vLLM unit test failing before the patch and passing after. A wrong fix (the
+drafter made to run eagerly instead of given a capturer) is rejected with that reason, though its
+unit test passes and the crash is gone."""
 
 from __future__ import annotations
 
@@ -19,16 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXES = sorted(p.parent for p in (ROOT / "fixes").glob("*/fix.json"))
 
 
-def newest_patch(folder: Path) -> tuple[str, Path]:
+def newest_patch(folder: Path) -> tuple[str, str]:
     patches = json.loads((folder / "fix.json").read_text())["patches"]
     release = max(patches, key=lambda r: tuple(map(int, r.split("."))))
-    return release, folder / patches[release]
+    return release, patches[release]
 
 
-def fix_check(patch: Path, release: str, reports: Path, *extra: str) -> tuple[int, dict, str]:
+def fix_check(patch: Path, release: str, folder: Path, reports: Path) -> tuple[int, dict, str]:
     require(release)
     done = subprocess.run([sys.executable, "-m", "contract.cli", "fix-check", str(patch), "--vllm", release,
-                           "--corpus", "witnesses", "--json", "--reports", str(reports), *extra],
+                           "--root-cause", str(folder), "--corpus", "witnesses", "--json", "--reports", str(reports)],
                           cwd=ROOT, env=run_env(), capture_output=True, text=True, timeout=900)
     assert done.stdout, done.stderr[-2000:]
     return done.returncode, json.loads(done.stdout), done.stderr
@@ -36,23 +37,41 @@ def fix_check(patch: Path, release: str, reports: Path, *extra: str) -> tuple[in
 
 @pytest.mark.conformance
 @pytest.mark.parametrize("folder", FIXES, ids=lambda f: f.name)
-def test_the_shipped_fix_is_accepted(folder, tmp_path):
-    release, patch = newest_patch(folder)
-    rc, verdict, stderr = fix_check(patch, release, tmp_path / "reports")
-    assert rc == 0 and verdict["accepted"], (verdict["reasons"], stderr[-2000:])
-    checked = "\n".join(verdict["checked"])
-    assert f"fail on vLLM {release}, pass with the patch" in checked, checked
-    assert "are gone, and a graph serves each dispatch they were on" in checked, checked  # a witness was fixed
-    assert (tmp_path / "reports" / "README.md").is_file()
+def test_the_shipped_fix_gets_its_recorded_verdict(folder, tmp_path):
+    release, name = newest_patch(folder)
+    recorded = json.loads((folder / "fix.json").read_text()).get("fix_check", {}).get(name)
+    assert recorded, f"{folder.name}/fix.json has no fix_check verdict for {name}: run make fixes"
+    rc, verdict, stderr = fix_check(folder / name, release, folder, tmp_path / "reports")
+    got = "accepted" if verdict["accepted"] else "rejected: " + "; ".join(verdict["reasons"])
+    assert got == recorded, stderr[-2000:]
+    assert rc == (0 if verdict["accepted"] else 1)
+    if verdict["accepted"]:
+        checked = "\n".join(verdict["checked"])
+        assert f"fail on vLLM {release}, pass with the patch" in checked, checked
+        assert "are gone, and a graph serves each dispatch they were on" in checked, checked
+
+
+def test_the_three_most_severe_root_causes_have_accepted_fixes():
+    """Crashes first (``reports/findings.md``): each of the three most severe root causes has a fix
+    that fix-check accepted on every release it patches."""
+    from contract.evidence.root_causes import load_known
+    from contract.reports import root_causes as pages
+
+    views = pages.build(ROOT / "reports" / "conformance", ROOT)
+    worst = [v.cause.known for v in views[:3]]
+    assert all(k is not None for k in worst), [v.id for v in views[:3]]
+    known = {k.id: k for k in load_known(ROOT)}
+    for k in worst:
+        verdicts = known[k.id].fix_check
+        assert verdicts and all(verdicts.get(p) == "accepted" for p in k.patches.values()), (k.id, verdicts)
 
 
 @pytest.mark.conformance
 def test_a_fix_that_removes_the_graphs_is_rejected(tmp_path):
     folder = ROOT / "fixes" / "mrv1-drafter-capture-after-capture-model"
     wrong = folder / json.loads((folder / "fix.json").read_text())["wrong_fixes"]["0.33.0"]
-    rc, verdict, stderr = fix_check(wrong, "0.33.0", tmp_path / "reports", "--root-cause", str(folder))
+    rc, verdict, stderr = fix_check(wrong, "0.33.0", folder, tmp_path / "reports")
     assert rc == 1 and not verdict["accepted"], stderr[-2000:]
-    # the unit test passes and the crash is gone: only the graphs the drafter lost tell the fix is wrong
     assert any("went with the graphs (traded)" in r and "NONE without a graph" in r for r in verdict["reasons"]), \
         verdict["reasons"]
     assert "pass with the patch" in "\n".join(verdict["checked"])

@@ -161,7 +161,7 @@ def run(release: str, runner: Runner, reports: Path, only: list[str] | None = No
     except (OSError, ValueError) as exc:
         raise Problem(f"{path} cannot be read ({exc}); run `cudagraph-contract conform --vllm {release}` first") \
             from None
-    python = environment(ROOT, release)
+    python = environment(release)
     if not python.exists():
         raise Problem(f"no environment for vLLM {release}: {python} is missing")
     policy = load_policy(data["policy"])

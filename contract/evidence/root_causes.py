@@ -146,6 +146,7 @@ class Known:
     folder: str  # relative to the project root
     runners: tuple[str, ...] = ("MRV1", "MRV2")  # whose code it is about: only their classes match
     anchor_note: str = ""  # why the anchor is that statement, where it is not the statement a fix changes
+    fix_check: dict = field(default_factory=dict)  # patch file -> fix-check's verdict (``make fixes``)
 
     @classmethod
     def from_json(cls, data: dict, folder: str) -> "Known":
@@ -153,7 +154,8 @@ class Known:
                    [Anchor(a["path"], a["function"], a["statement"]) for a in data.get("anchors", [])],
                    data.get("mechanism", data["title"]), data["test"], data.get("patches", {}),
                    data.get("expected", {}), [tuple(c) for c in data.get("covers", [])], folder,
-                   tuple(data.get("runners", ("MRV1", "MRV2"))), data.get("anchor_note", ""))
+                   tuple(data.get("runners", ("MRV1", "MRV2"))), data.get("anchor_note", ""),
+                   data.get("fix_check", {}))
 
 
 def load_known(root: Path = ROOT) -> list[Known]:

@@ -1,0 +1,57 @@
+"""``make fixes``: ``cudagraph-contract fix-check`` on every patch and wrong fix under ``fixes/``, each on
+the release it is for, its verdict written into the root cause's ``fix.json`` (``fix_check``: patch
+file -> "accepted" or "rejected: reasons"), which the root-cause pages show and
+``tests/test_fix_check.py`` holds the newest release's patch and a wrong fix to.
+
+    python scripts/fix_checks.py [fixes/<root-cause> ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from contract.core.output import write_atomic  # noqa: E402
+
+
+def verdict(patch: Path, release: str, folder: Path) -> str:
+    with tempfile.TemporaryDirectory(prefix="fix-checks-") as tmp:
+        done = subprocess.run([sys.executable, "-m", "contract.cli", "fix-check", str(patch), "--vllm", release,
+                               "--root-cause", str(folder), "--corpus", "witnesses", "--json",
+                               "--reports", str(Path(tmp) / "reports")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    try:
+        data = json.loads(done.stdout)
+    except ValueError:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"not checked: {tail}"
+    return "accepted" if data["accepted"] else "rejected: " + "; ".join(data["reasons"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="*", type=Path)
+    args = parser.parse_args()
+    folders = args.folders or sorted(p.parent for p in (ROOT / "fixes").glob("*/fix.json"))
+    for folder in folders:
+        path = folder / "fix.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        found = {}
+        for kind in ("patches", "wrong_fixes"):
+            for release, name in sorted(data.get(kind, {}).items()):
+                found[name] = verdict(folder / name, release, folder)
+                print(f"{folder.name} {name}: {found[name]}", flush=True)
+        data["fix_check"] = found
+        write_atomic(path, json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
