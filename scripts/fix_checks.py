@@ -3,7 +3,7 @@ the release it is for, its verdict written into the root cause's ``fix.json`` (`
 file -> "accepted" or "rejected: reasons"), which the root-cause pages show and
 ``tests/test_fix_check.py`` holds the newest release's patch and a wrong fix to.
 
-    python scripts/fix_checks.py [fixes/<root-cause> ...]
+    python scripts/fix_checks.py [--missing] [fixes/<root-cause> ...]
 """
 
 from __future__ import annotations
@@ -38,18 +38,20 @@ def verdict(patch: Path, release: str, folder: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=Path)
+    parser.add_argument("--missing", action="store_true", help="check only patches without a recorded verdict")
     args = parser.parse_args()
     folders = args.folders or sorted(p.parent for p in (ROOT / "fixes").glob("*/fix.json"))
     for folder in folders:
         path = folder / "fix.json"
         data = json.loads(path.read_text(encoding="utf-8"))
-        found = {}
+        found = dict(data.get("fix_check", {})) if args.missing else {}
         for kind in ("patches", "wrong_fixes"):
             for release, name in sorted(data.get(kind, {}).items()):
-                found[name] = verdict(folder / name, release, folder)
-                print(f"{folder.name} {name}: {found[name]}", flush=True)
-        data["fix_check"] = found
-        write_atomic(path, json.dumps(data, indent=2) + "\n")
+                if name not in found:
+                    found[name] = verdict(folder / name, release, folder)
+                    print(f"{folder.name} {name}: {found[name]}", flush=True)
+                    data["fix_check"] = dict(sorted(found.items()))
+                    write_atomic(path, json.dumps(data, indent=2) + "\n")  # each verdict kept as it comes
     return 0
 
 

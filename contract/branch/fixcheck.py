@@ -91,14 +91,16 @@ def patched_copy(release_pkg: Path, patch: Path, dest: Path) -> Path:
 
 def ungraphed(shown, branch_records) -> list[str]:
     """The serving dispatches a root cause's violations were on (``shown``: signature, record,
-    violation, on the release) that no graph serves on the patched tree: a fix that makes them run
-    eagerly removed the graphs instead of adding the capturer."""
+    violation, on the release) where a capturing layer acted on the release (captured, replayed or
+    raised) and no graph serves them on the patched tree: a fix that makes them run eagerly removed
+    the capturer instead of making it work. A dispatch no layer acted on ran eagerly already; a fix
+    that says so (NONE) loses nothing."""
     out = []
     for _, record, violation in shown:
         if violation.dispatch is None or record.index >= len(branch_records):
             continue
         was = record.dispatches[violation.dispatch]
-        if was.runtime_mode is CUDAGraphMode.NONE or dispatch_kind(record.event, was) is None:
+        if was.runtime_mode is CUDAGraphMode.NONE or dispatch_kind(record.event, was) is None or not was.acting:
             continue
         now = [d for d in branch_records[record.index].dispatches if (d.role, d.context) == (was.role, was.context)]
         if now and not any(served(d) for d in now):
