@@ -2,8 +2,10 @@
 
 Each release runs in its own venv (``.venv-vllm-<version>``, its vLLM over the shared ``.venv-vllm``,
 made by ``cudagraph-contract env make``) as a subprocess with ``PYTHONPATH`` at the repo root; all of
-them start together and are shared by the tests of this module. 0.33.0 replays the covering corpus
-(its MRV1 is modelled by ``vllm_0_30``, which the full corpus checks on 0.30.0). Without the venvs
+them start together and are shared by the tests of this module. 0.30.0 replays the full corpus;
+0.29.0 and 0.33.0 the covering one (one trace per observation cell: 0.33.0's MRV1 is modelled by
+``vllm_0_30``, which the full corpus checks on 0.30.0; every release's full replay is
+``make conformance-all``'s, committed under ``reports/conformance/``). Without the venvs
 the tests skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
 """
 
@@ -22,7 +24,7 @@ from vllm_envs import run_env, shared_jobs, venv_python
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("0.30.0", "0.29.0", "0.33.0")
-CORPUS = {"0.33.0": "covering"}  # the others: full
+CORPUS = {"0.29.0": "covering", "0.33.0": "covering"}  # the others: full
 TIMEOUT = 600
 
 pytestmark = pytest.mark.conformance
