@@ -34,7 +34,7 @@ vllm-envs: .venv-vllm/.complete
 	$(MAKE) -j4 $(VLLM_ENVS)
 
 test: $(VENV)/.installed vllm-envs test-lowest
-	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup
+	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m "not campaign"
 
 # The lowest versions pyproject.toml allows (ci-lowest.txt, installed --no-deps), and the command-line
 # tests run there once: the declared lower bounds are the ones that pass.

@@ -5,12 +5,22 @@ cores and HypoFuzz can drive:
     .venv/bin/python -m pytest -n 16 --hypothesis-profile=thorough tests/test_fuzz.py
     hypothesis fuzz -- tests/test_fuzz.py        # with `pip install hypofuzz`
 
-Under the CI profile they run as ordinary tests."""
+``make test`` leaves them out (``-m "not campaign"``): under the ci profile their run is the one
+``tests/test_reports.py`` makes when it regenerates the reports, whose verdicts must equal the
+expected table, so a holding property found failing fails there.
+
+    .venv/bin/python -m pytest -m campaign --hypothesis-profile=thorough -n 2 tests/test_fuzz.py
+"""
+
+import pytest
 
 from contract.core.expected import FAILS
 from contract.core.machine import make_machine
 from contract.families import load_policy
 from contract.core.properties import PROPERTIES
+
+
+pytestmark = pytest.mark.campaign
 
 
 def _holding(name: str):
