@@ -303,7 +303,7 @@ def fix_section(view: View) -> list[str]:
             f"[`{known.folder}/README.md`](../../{known.folder}/README.md) has the mechanism, the fix and the "
             f"alternatives rejected. Unit test [`{known.test}`](../../{known.folder}/{known.test}), unpatched: "
             f"{verdicts}. Patches: {patches or 'none'}.", "",
-            *([f"`cudagraph-contract fix-check` (`make fixes`: the witnesses replayed on vLLM's code, the model on the "
+            *(["`cudagraph-contract fix-check` (`make fixes`: the witnesses replayed on vLLM's code, the model on the "
                "patched rules, the unit test before and after):", "",
                *[f"- `{p}`: {v}" for p, v in sorted(known.fix_check.items())], ""] if known.fix_check else [])]
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 from contract.core import child
 from contract.core.modes import CUDAGraphMode
+from contract.core.tree_source import method as _method
+from contract.core.tree_source import parse as _parse_file
 from contract.core.policy import Branch, BranchError
 from contract.core.scenario import ConfigRevision
 from contract.runners.mrv1.model import stack_table
@@ -58,25 +60,6 @@ READS = ((RUNNER_FILE, "GPUModelRunner.load_model"), (CUDA_GRAPH_FILE, "CUDAGrap
 # refused rather than run against a guess.
 BOUND = {"CUDAGraphMode", "CUDAGraphWrapper", "BreakableCUDAGraphWrapper", "UBatchWrapper",
          "is_breakable_cudagraph_enabled", "get_offloader"}
-
-
-def _parse(pkg: Path, rel: str) -> ast.Module:
-    path = pkg / rel
-    if not path.is_file():
-        raise BranchError(f"{pkg}: no vllm/{rel}; --vllm-src reads it alongside vllm/{RUNNER_FILE}")
-    try:
-        return ast.parse(path.read_text(encoding="utf-8"), str(path))
-    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
-        raise BranchError(f"{path} cannot be parsed: {type(exc).__name__}: {exc}") from None
-
-
-def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == name:
-                    return item
-    return None
 
 
 def unwrap_recurses(tree: ast.Module, cls: str) -> bool:
@@ -247,3 +230,7 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False) -> Branch:
     check_calls(statements, _adapters(*facts), where)
     policy = block_policy(source, runner_path, f"branch@{given.resolve().name}", facts, revision, str(given), where)
     return Branch(policy, where, None, given, pkg, rules)
+
+
+def _parse(pkg: Path, rel: str):
+    return _parse_file(pkg, rel, f"alongside vllm/{RUNNER_FILE}")

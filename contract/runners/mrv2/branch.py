@@ -27,6 +27,8 @@ from pathlib import Path
 
 from contract.core import child
 from contract.core.modes import CUDAGraphMode
+from contract.core.tree_source import method as _method
+from contract.core.tree_source import parse as _parse_file
 from contract.core.policy import Branch, BranchError
 from contract.runners.mrv2.model.policies import built_in
 from contract.runners.mrv2.model.policy import Mrv2Policy
@@ -49,25 +51,6 @@ BOUND = {"is_breakable_cudagraph_enabled", "has_compiled_submodule", "envs", "se
 
 def _dump(source: str) -> str:
     return ast.dump(ast.parse(source, mode="eval").body)
-
-
-def _parse(pkg: Path, rel: str) -> ast.Module:
-    path = pkg / rel
-    if not path.is_file():
-        raise BranchError(f"{pkg}: no vllm/{rel}; --vllm-src reads it for Model Runner V2")
-    try:
-        return ast.parse(path.read_text(encoding="utf-8"), str(path))
-    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
-        raise BranchError(f"{path} cannot be parsed: {type(exc).__name__}: {exc}") from None
-
-
-def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == name:
-                    return item
-    return None
 
 
 def _assigned(method: ast.FunctionDef | None, target: str, where: str) -> ast.expr:
@@ -232,3 +215,6 @@ def _tables(pkg: Path, manager_path: str, runner_path: str, where: str) -> tuple
     return (_checked("use_breakable_cg", value.get("use_breakable_cg"), BREAKABLE_INPUTS, what),
             _checked("piecewise_capture_available", value.get("piecewise_capture_available"), AVAILABLE_INPUTS, what))
 
+
+def _parse(pkg: Path, rel: str):
+    return _parse_file(pkg, rel, "for Model Runner V2")
