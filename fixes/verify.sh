@@ -4,10 +4,10 @@
 # (and wrong fixes) applied.
 #   fixes/verify.sh [ROOT_CAUSE_DIR ...]      (default: every folder with a fix.json)
 # Needs the project's release environments (.venv-vllm, .venv-vllm-<release>) under $VENVS
-# (default /work/main). Patched trees are hard-linked copies of the release's vllm/ in a temp dir.
+# (default: this checkout). Patched trees are hard-linked copies of the release's vllm/ in a temp dir.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-VENVS=${VENVS:-/work/main}
+VENVS=${VENVS:-$(dirname "$HERE")}
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 ALL_TESTS=$(ls "$HERE"/*/test_*.py)
 export VLLM_LOGGING_LEVEL=ERROR
