@@ -58,10 +58,11 @@ def for_release(version: str, runner: str = "auto") -> Family:
     if not family.ships(found):
         others = [f for f in FAMILIES if f.ships(found)]
         raise EnvironmentProblem(
-            f"vLLM {version} has no {family.title}"
-            + (f" ({family.title} was removed in {family.last_release[0]}.{family.last_release[1] + 1})"
-               if family.last_release is not None and found > family.last_release else
-               f" (it ships from {family.first_release[0]}.{family.first_release[1]})")
+            (f"vLLM {version} has no {family.title} ({family.title} was removed in "
+             f"{family.last_release[0]}.{family.last_release[1] + 1})"
+             if family.last_release is not None and found > family.last_release else
+             f"this project models and replays {family.title} from vLLM "
+             f"{family.first_release[0]}.{family.first_release[1]}, not {version}")
             + (f"; replay it with --runner {others[0].name}" if others else ""))
     return family
 
