@@ -19,9 +19,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contract.core import graphs
 from contract.core.graphs import dispatch_kind, served
 from contract.core.modes import CUDAGraphMode
 from contract.core.policy import PolicyError
+from contract.core.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,6 +109,17 @@ def ungraphed(shown, branch_records) -> list[str]:
             out.append(f"step {record.index} {was.role} {was.context}: {was.runtime_mode.name} on the release, "
                        f"{', '.join(sorted({d.runtime_mode.name for d in now}))} without a graph with the patch")
     return out
+
+
+def serving_trace(witness: Trace) -> Trace:
+    """The witness's scenario through the fixed serving script (``contract/core/graphs.py``): where
+    the release stops, whether the patched tree then serves anything with a graph."""
+    return Trace(witness.scenario, witness.policy, graphs.script(witness.scenario), name=f"{witness.name}-serving")
+
+
+def graphs_served(records) -> int:
+    """How many serving dispatches of a run of the serving script a graph served."""
+    return sum(graphs.coverage(records).served.values())
 
 
 @dataclass(frozen=True)

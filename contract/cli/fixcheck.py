@@ -20,6 +20,8 @@ from contract.branch.fixcheck import (
     FixCheckError,
     RootCause,
     Verdict,
+    graphs_served,
+    serving_trace,
     ungraphed,
     patched_copy,
     run_test,
@@ -129,6 +131,7 @@ def fix_check(
         base_obs, branch_obs = run.base_observations, run.branch_observations
         if not mine:
             verdict.said.append("no witness of this runner to check the fix against (fix.json names none)")
+        stopped = []  # witnesses whose root-cause violation is vLLM stopping (P0), not a dispatch
         for w in mine:
             base_records, branch_records = _records(w, base_obs[w.name], family), _records(w, branch_obs[w.name], family)
             # the root cause's own classes: a witness may show another root cause's too (0.29.0's P3)
@@ -152,6 +155,31 @@ def fix_check(
             else:
                 verdict.said.append(f"witness {w.name}: its {len(before)} violation(s) on vLLM {version} are gone, "
                                     "and a graph serves each dispatch they were on")
+            if any(v.dispatch is None and sig.property == "P0" for sig, _, v in shown):
+                stopped.append(w)
+        if stopped:  # vLLM stopped there: with the patch, does the scenario serve with graphs at all?
+            serving = [serving_trace(w) for w in stopped]
+            try:
+                served = branch_conform.observe(python, family, serving, tree_root / "vllm", timeout,
+                                                f"the serving script on {tree_root}")
+            except branch_conform.ObserveProblem as exc:
+                fail(str(exc))
+            by_name = {o["name"]: o for o in served["observations"]}
+            for w, s in zip(stopped, serving):
+                records = _records(s, by_name.get(s.name, {}), family)
+                count = graphs_served(records)
+                halt = next((r for r in records if r.halted), None)
+                if halt is not None:
+                    verdict.accepted = False
+                    verdict.reasons.append(f"witness {w.name}: with the patch vLLM still stops on its scenario's serving "
+                                           f"script, at step {halt.index} ({halt.event.kind}): {halt.halted}")
+                elif count == 0:
+                    verdict.accepted = False
+                    verdict.reasons.append(f"witness {w.name}: vLLM no longer stops, but no serving dispatch of its "
+                                           "scenario is served by a graph with the patch (the stop went with the graphs)")
+                else:
+                    verdict.said.append(f"witness {w.name}: with the patch the scenario serves {count} dispatch(es) "
+                                        "of the serving script with a graph")
         d = run.differential
         if d.new:
             verdict.accepted = False

@@ -147,6 +147,11 @@ class Known:
     runners: tuple[str, ...] = ("MRV1", "MRV2")  # whose code it is about: only their classes match
     anchor_note: str = ""  # why the anchor is that statement, where it is not the statement a fix changes
     fix_check: dict = field(default_factory=dict)  # patch file -> fix-check's verdict (``make fixes``)
+    also_kinds: list = field(default_factory=list)  # the same mechanism seen as another kind (its P0 stop)
+
+    @property
+    def kinds(self) -> list[dict]:
+        return [self.kind, *self.also_kinds]
 
     @classmethod
     def from_json(cls, data: dict, folder: str) -> "Known":
@@ -155,7 +160,7 @@ class Known:
                    data.get("mechanism", data["title"]), data["test"], data.get("patches", {}),
                    data.get("expected", {}), [tuple(c) for c in data.get("covers", [])], folder,
                    tuple(data.get("runners", ("MRV1", "MRV2"))), data.get("anchor_note", ""),
-                   data.get("fix_check", {}))
+                   data.get("fix_check", {}), data.get("also_kinds", []))
 
 
 def load_known(root: Path = ROOT) -> list[Known]:
@@ -248,7 +253,7 @@ def units(entries: list[Entry]) -> list[Unit]:
 def anchor_rank(known: Known, entry: Entry) -> int | None:
     """The rank of the best-ranked deciding statement of ``entry`` that is one of ``known``'s
     anchors, if its kind and runner match; None otherwise."""
-    if not kind_matches(known.kind, entry.signature) or entry.runner.name not in known.runners:
+    if not any(kind_matches(k, entry.signature) for k in known.kinds) or entry.runner.name not in known.runners:
         return None
     for i, statement in enumerate(entry.deciding):
         if any(a.matches(statement) for a in known.anchors):
@@ -320,7 +325,7 @@ def group(entries: list[Entry], known: list[Known]) -> list[RootCause]:
             kind = kind_of(home.signature)
             name = (f"{top['function']}: {normalise(top['text'], top.get('kind', ''))}" if top
                     else "no deciding statement found")
-            cid = slug(f"{kind['property']}-{kind['what']}-{kind.get('detail', '')}-at-{name}")
+            cid = slug(f"{kind['property']}-{kind.get('what', 'vllm-stops')}-{kind.get('detail', '')}-at-{name}")
             if cid not in causes:
                 causes[cid] = RootCause(cid, f"{kind_text(kind)}; first deciding statement: {name}", kind, None, top)
             cause = causes[cid]

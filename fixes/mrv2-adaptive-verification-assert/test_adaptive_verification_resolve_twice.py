@@ -293,3 +293,10 @@ def test_real_initialize_kv_cache_after_profiling_does_not_stop(
             f"(draft attention support {draft_cg_support.name}): AssertionError {e}"
         )
     assert runner.cudagraph_manager is not None
+    # capture_model times adaptive verification's steps on FULL graphs (set_cost_curves raises
+    # "could not profile step costs" without them): it may stay on only where full graphs remain.
+    final_mode = vllm_config.compilation_config.cudagraph_mode
+    assert runner.adaptive_verification is None or final_mode.has_full_cudagraphs(), (
+        f"adaptive verification left on under {final_mode.name}, which has no full CUDA graphs: "
+        "capture_model will stop vLLM when it profiles step costs"
+    )

@@ -74,7 +74,7 @@ def load(module) -> Blocks:
         ),
         init_speculator_cudagraph_manager=cut(
             module, RUNNER, "initialize_kv_cache", [("if self.speculator is not None:", None)],
-            ("cudagraph_mode",), contains="init_cudagraph_manager(cudagraph_mode)",
+            ("cudagraph_mode",), contains="init_cudagraph_manager(",
         ),
         batch=cut(
             module, RUNNER, "execute_model",
