@@ -20,7 +20,7 @@ def label(policy: str, prop: str, conformance=CONFORMANCE) -> status.Status:
 def test_the_bug_56312_fixed_is_a_known_positive_control():
     s = label("vllm_0_29", "P3")
     assert s.kind == "known, fixed upstream"
-    assert "#56312" in s.text and "on vLLM 0.29.0's code on CPU, CUDA graphs simulated" in s.text
+    assert "#56312" in s.text and "0.29.0's code on CPU, CUDA graphs simulated" in s.text
 
 
 def test_a_counterexample_no_release_fixes_is_new():
@@ -50,8 +50,9 @@ def test_a_refuting_replay_takes_the_label_back():
     refuted = {("0.29.0", Runner.MRV1): {"traces": [{"name": p3.name, "status": "replayed", "steps": 3, "agreeing": 2}]}}
     s = status.status(p3, refuted)
     assert s.kind == "refuted" and "vLLM 0.29.0" in s.text and "2 of 3 steps agree" in s.text
-    still = {**CONFORMANCE, ("0.30.0", Runner.MRV1): {"traces": [{"name": p3.name, "status": "replayed",
-                                                                  "steps": 3, "agreeing": 1}]}}
+    earlier = {k: v for k, v in CONFORMANCE.items() if k[1] is not Runner.MRV1 or k[0] <= "0.29.0"}
+    still = {**earlier, ("0.30.0", Runner.MRV1): {"traces": [{"name": p3.name, "status": "replayed",
+                                                               "steps": 3, "agreeing": 1}]}}
     assert status.status(p3, still).kind == "new"  # no later release replayed as fixed
 
 
