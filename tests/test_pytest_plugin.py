@@ -23,9 +23,9 @@ def test_each_new_class_is_a_failing_item_with_its_witness(pytester):
     assert outcomes.get("failed", 0) >= 1 and "passed" not in outcomes
     result.stdout.fnmatch_lines([
         "*cudagraph_contract::nested_full::new::P1-target-FULL-nested-capture--breakable*",
-        "*new in nested_full (not in vllm_0_30): P1 target FULL: nested capture, under breakable on*",
+        "*new in nested_full (not in vllm_0_30), crash at start-up: P1 target FULL: nested capture, under breakable on*",
         "*shortest witness (3 events): load_model * profile_run * profile_cudagraph_memory*",
-        "*nested_full: base vllm_0_30; * new, 0 fixed, * inherited*",
+        "*nested_full: base vllm_0_30; * new, * lost graphs, * traded, 0 fixed, * inherited*",
     ])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
@@ -34,7 +34,7 @@ def test_nothing_new_is_one_passing_item(pytester):
     policy = pytester.makepyfile(same_as_0_30=SAME_AS_0_30)
     result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-base", "vllm_0_30")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*same_as_0_30: base vllm_0_30; 0 new, 0 fixed, * inherited*"])
+    result.stdout.fnmatch_lines(["*same_as_0_30: base vllm_0_30; 0 new, 0 lost graphs, 0 traded, 0 fixed, * inherited*"])
 
 
 def test_hypothesis_profile_adds_its_own_items(pytester):
