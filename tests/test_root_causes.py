@@ -226,7 +226,7 @@ def test_findings_open_with_the_triage_table_and_list_untraced_findings_in_full(
     traced = {"vllm": "0.30.0", "runner": "MRV1", "policy": "vllm_0_30", "conformance": "vllm-0.30.0.json",
               "findings": [{"name": "lead2-x", "source": "tests/traces/lead2-x.json", "signature": P1, "step": 3,
                             "deciding": [ANCHOR], "neighbour": {"describe": "d"}, "events": []}]}
-    (folder / "deciding" / "vllm-0.30.0.json").write_text(json.dumps(traced))
+    (folder / "deciding" / "vllm-0.30.0.json.gz").write_bytes(rc.pack(traced))
     text = pages.findings(folder, root)
     head = text.split("## ", 1)[0]
     assert "| 1 | [compiled-before-piecewise-upgrade](root-causes/compiled-before-piecewise-upgrade.md) |" in head
@@ -294,7 +294,6 @@ def test_every_anchor_is_a_statement_of_its_function_in_some_release():
                     if rc.normalise(since.header(node, lines)[2]) == a.key[2]:
                         found.append(release)
             if not found:  # traced on a release not installed here: its committed deciding data holds it
-                traced = [f.name for f in (ROOT / "reports" / "conformance" / "deciding").glob("*.json")
-                          if f.name.split("-")[1].removesuffix(".json") not in sources
-                          and a.statement in f.read_text(encoding="utf-8")]
+                traced = [d["vllm"] for d in rc.traced(ROOT / "reports" / "conformance")
+                          if d["vllm"] not in sources and a.statement in json.dumps(d)]
                 assert traced, (k.id, a.function, a.statement)

@@ -89,7 +89,7 @@ def check_folder(folder: Path, option: str) -> None:
         raise OutputError(f"{option} {folder} cannot be written: {_reason(exc)}; pass another folder") from None
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
     """Write then rename, so a reader never sees half a file and an interrupted run loses nothing;
     inside ``transaction()`` the rename waits for the transaction's end."""
     p = Path(path)
@@ -102,8 +102,12 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as f:
+                f.write(text)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
         pending = _PENDING.get()
         if pending is not None:
             pending.append((tmp, p, created))

@@ -13,7 +13,7 @@ child process in the release's environment replays every witness and neighbour w
 (``contract/evidence/traced.py``: ``traced_batch``), and each statement kept gets its history
 across the releases at hand (``since.py``).
 
-Writes ``DIR/conformance/deciding/vllm-<release>[-mrv2].json``: what the root-cause pages read
+Writes ``DIR/conformance/deciding/vllm-<release>[-mrv2].json.gz`` (gzipped JSON): what the root-cause pages read
 (``contract/evidence/root_causes.py``), so they render without a vLLM environment. Exit 0 with
 the file written; 2 on bad input or a missing environment.
 """
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from contract.core import child
 from contract.core.output import write_atomic
+from contract.evidence import root_causes
 from contract.core.scenario import Runner
 from contract.core.trace import Trace, TraceError, load, record
 from contract.evidence import deciding, since
@@ -51,7 +52,7 @@ def conformance_file(reports: Path, release: str, runner: Runner) -> Path:
 
 def output_file(reports: Path, release: str, runner: Runner) -> Path:
     return reports / "conformance" / "deciding" / (f"vllm-{release}" + ("-mrv2" if runner is Runner.MRV2 else "")
-                                                   + ".json")
+                                                   + ".json.gz")
 
 
 def confirmed(data: dict) -> list[dict]:
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     target = output_file(args.reports, args.vllm, runner)
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, json.dumps(out, indent=1) + "\n")
+    write_atomic(target, root_causes.pack(out))
     done = sum("deciding" in f for f in out["findings"])
     print(f"vLLM {args.vllm} {runner.value}: {done} of {len(out['findings'])} findings traced "
           f"({out['seconds']}); {target}")

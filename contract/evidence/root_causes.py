@@ -2,7 +2,7 @@
 deciding statements the tracer found, with the affected matrix and since when.
 
 **Units.** Every confirmed finding of a release's conformance run that the deciding-lines batch
-traced (``reports/conformance/deciding/vllm-<release>[-mrv2].json``, ``deciding_batch.py``) is an
+traced (``reports/conformance/deciding/vllm-<release>[-mrv2].json.gz``, ``deciding_batch.py``) is an
 *entry*: one witness on one release. A *class* is a class witness (``reports/<policy>/classes/``,
 named ``<policy>-<class id>``); the other witnesses (regression traces, a property's witness) are
 units of their own and are listed beside the classes, not counted as classes. A unit's *home* is
@@ -37,6 +37,7 @@ top statement): the first release with its current form and the statement before
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import re
 import textwrap
@@ -203,12 +204,23 @@ class Entry:
         return self.signature.get("role", "-")
 
 
+def pack(data: dict) -> bytes:
+    """A deciding file's bytes: gzip of compact JSON, byte-stable (no name, no time), so that the
+    committed traces stay small enough to travel with the tree to a GPU machine."""
+    return gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0)
+
+
+def traced(conformance: Path) -> list[dict]:
+    """The files ``deciding_batch.py`` wrote under ``conformance/deciding/``, read."""
+    return [json.loads(gzip.decompress(path.read_bytes()))
+            for path in sorted((conformance / "deciding").glob("vllm-*.json.gz"))]
+
+
 def load_entries(conformance: Path) -> list[Entry]:
     """Every traced confirmed finding under ``conformance/deciding/`` that is a finding at all
     (``severity.finding``), with vLLM's evidence from the conformance run beside it."""
     out = []
-    for path in sorted((conformance / "deciding").glob("vllm-*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+    for data in traced(conformance):
         runner = Runner(data["runner"])
         evidence: dict[str, tuple[list, str]] = {}
         run_path = conformance / data["conformance"]

@@ -391,8 +391,7 @@ def ungrouped(folder: Path, views: list[View]) -> list[str]:
     yet, or refuted), in full: the violations, vLLM's side and the code that ran at the step."""
     grouped = {(e.release, e.runner.name, e.name) for v in views for e in v.cause.entries}
     traced = set()
-    for path in sorted((folder / "deciding").glob("vllm-*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+    for data in rc.traced(folder):
         traced |= {(data["vllm"], data["runner"], f["name"]) for f in data["findings"]}
     lines = []
     for data in runs(folder):
