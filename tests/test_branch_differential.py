@@ -22,7 +22,7 @@ def elif_tree(tmp_path):
 def test_elif_restored_exits_1_and_names_the_new_classes(tmp_path):
     result = runner.invoke(app, ["verify", "--vllm-src", str(elif_tree(tmp_path)), "--profile", "dev", "--seed", "0"])
     assert result.exit_code == 1, result.output
-    assert "base auto: vllm_0_30" in result.output  # which base it chose, and why
+    assert "base auto: vLLM 0.30.0 (Model Runner V1, policy vllm_0_30)" in result.output  # which base, and why
     assert "new in branch@elif-branch" in result.output
     assert "P1 target FULL: no capturer, under breakable on" in result.output
 
