@@ -131,7 +131,6 @@ def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
 # -- conform --vllm-src: a branch checkout's own code over the shared closure ----------------------
 
 BREAKABLE_SWITCH = "is_breakable_cudagraph_enabled(self.compilation_config)\n            and "
-PIECEWISE_CHECK = "\n            and self.cudagraph_mode.has_piecewise_cudagraphs()"
 
 
 def edited_tree(tmp_path: Path, old: str, new: str) -> Path:
@@ -169,48 +168,10 @@ def traces_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def conform_src(tree: Path, traces: Path, reports: Path) -> dict:
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "contract.cli", "conform", "--vllm-src",
-                           str(tree), "--traces", str(traces), "--reports", str(reports), "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
-    assert proc.stdout.strip(), proc.stderr[-2000:]
-    return json.loads(proc.stdout)
-
-
-def test_vllm_src_runs_the_trees_own_code(tmp_path):
-    if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
-        require_python("0.34.0")
-    traces = traces_dir(tmp_path)
-    # use_breakable_cg read without has_piecewise_cudagraphs(): a manager whose mode has no
-    # PIECEWISE descriptor never reaches run_pw_graph, so no observation can change.
-    same = conform_src(edited_tree(tmp_path / "a", PIECEWISE_CHECK, ""), traces, tmp_path / "ra")
-    assert same["vllm"] == "0.34.0" and same["agreeing_steps"] == same["steps"] > 0, same["disagreements"]
-    # use_breakable_cg read without the breakable switch: compiled PIECEWISE graphs go to a breakable runner.
-    changed = conform_src(edited_tree(tmp_path / "b", BREAKABLE_SWITCH, ""), traces, tmp_path / "rb")
-    diffs = {d["name"]: d["disagreements"] for d in changed["disagreements"]}
-    assert set(diffs) == {"compiled"}, diffs
-    first = diffs["compiled"][0]
-    assert first["event"] == "capture_model"
-    assert "target:breakable_cg_runner" in json.dumps(first["vllm"]) and "target:compiled" in json.dumps(first["model"])
-
-
 def test_vllm_src_that_is_no_model_runner_is_one_line(tmp_path):
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "__init__.py").write_text("")
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "contract.cli", "conform", "--vllm-src",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "neither Model Runner V1" in proc.stderr
-
-
-def test_vllm_src_that_does_not_import_is_one_line(tmp_path):
-    if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
-        require_python("0.34.0")
-    (tmp_path / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True)
-    (tmp_path / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py").write_text("")
-    (tmp_path / "vllm" / "__init__.py").write_text("import vllm_missing_dependency\n")
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "contract.cli", "conform", "--vllm-src",
-                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "does not import with the pinned closure" in proc.stderr and "vllm_missing_dependency" in proc.stderr
+    assert "is not a vLLM source tree" in proc.stderr
