@@ -8,7 +8,6 @@ skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
