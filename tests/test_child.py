@@ -56,7 +56,7 @@ def wait_for(path: Path, seconds: float = 30) -> int:
     raise AssertionError(f"{path} was never written")
 
 
-def wait_gone(pid: int, seconds: float = 5) -> bool:
+def wait_gone(pid: int, seconds: float = 15) -> bool:  # a loaded 2-core machine takes seconds
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if gone(pid):
