@@ -222,7 +222,7 @@ def test_replay_of_a_short_trace_shows_every_step():
     proc = replay(trace)
     assert proc.returncode == 0
     assert re.findall(r"^│ +(\d+) │", proc.stdout, re.M) == ["0", "1", "2", "3", "4"]
-    assert f"{trace}: 5 steps under vllm_0_30; 1 violation (P4 1) at 1 step, the first at step 4" in proc.stdout
+    assert f"{trace}: 5 steps under vllm_0_30; 2 violations (P0 1, P4 1) at 1 step, the first at step 4" in proc.stdout
     assert "replay matches the recorded observations" in proc.stdout and "not shown" not in proc.stdout
 
 

@@ -183,7 +183,7 @@ def reach(s: Scenario, release: str) -> Reach:
 
     facts = model_facts.committed().get(release)
     if facts is None:
-        return Reach(False, f"vLLM {release}: no model facts committed (model_facts.json)")
+        return Reach(False, f"no reproduction on vLLM {release}: no model facts committed for it (model_facts.json)")
     minor = _minor(release)
     notes: list[str] = []
     env: list[tuple[str, str]] = []
