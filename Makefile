@@ -4,8 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
+# Releases the pages cite but no test runs: their Python source only (scripts/vllm_source.py).
+SOURCE_VERSIONS := 0.28.0 0.31.0 0.32.0
+SOURCES := .vllm-src
+VLLM_SOURCES := $(foreach v,$(SOURCE_VERSIONS),$(SOURCES)/$(v)/vllm)
 
-.PHONY: verify test test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all findings fixes clean
+.PHONY: verify test evidence test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all findings fixes clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +35,18 @@ ENV_MAKE := $(VENV)/bin/cudagraph-contract env make
 
 # The releases download and unpack side by side: mostly network and disk, little CPU.
 vllm-envs: .venv-vllm/.complete
-	$(MAKE) -j4 $(VLLM_ENVS)
+	$(MAKE) -j4 $(VLLM_ENVS) $(VLLM_SOURCES)
+
+$(SOURCES)/%/vllm: | $(VENV)/.installed
+	$(VENV)/bin/python scripts/vllm_source.py $* $(SOURCES)
 
 test: $(VENV)/.installed vllm-envs test-lowest
-	CONTRACT_REQUIRE_VLLM=1 $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m "not campaign"
+	CONTRACT_REQUIRE_VLLM=1 CONTRACT_VLLM_SOURCES=$(CURDIR)/$(SOURCES) $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m "not campaign and not evidence"
+
+# Not in CI: the instances make test runs one of per kind (every shipped fix's verdict, every
+# branch-review edit, the MRV1 GPU bundle), as `pytest -m evidence` (docs/measurements.md).
+evidence: $(VENV)/.installed vllm-envs
+	CONTRACT_REQUIRE_VLLM=1 CONTRACT_VLLM_SOURCES=$(CURDIR)/$(SOURCES) $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m evidence
 
 # The lowest versions pyproject.toml allows (ci-lowest.txt, installed --no-deps), and the command-line
 # tests run there once: the declared lower bounds are the ones that pass.
@@ -106,4 +118,4 @@ fixes: $(VENV)/.installed vllm-envs
 	$(VENV)/bin/python -m contract.reports.root_causes
 
 clean:
-	rm -rf $(VENV) $(LOWEST) .venv-vllm .venv-vllm-* .hypothesis .pytest_cache
+	rm -rf $(VENV) $(LOWEST) .venv-vllm .venv-vllm-* $(SOURCES) .hypothesis .pytest_cache

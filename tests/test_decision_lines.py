@@ -10,6 +10,7 @@ source.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -103,18 +104,25 @@ def test_where_reads_the_def_and_its_decorators_from_the_source(tmp_path):
     assert where(test_where_reads_the_def_and_its_decorators_from_the_source, package=package) is None
 
 
-def _source_span(package: Path, path: str, first: int, last: int) -> set[str]:
+@functools.lru_cache(maxsize=None)
+def _functions(source: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, first line with decorators, def line, last line) of every function of a file, parsed once:
+    the pages cite the same few files hundreds of times."""
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    return tuple((node.name, min([d.lineno for d in node.decorator_list] + [node.lineno]), node.lineno,
+                  node.end_lineno) for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _source_span(package: Path, path: str, first: int, last: int) -> dict[str, set[str]]:
     """The names of the functions whose def (decorators included) spans exactly first..last, and of
     those whose body holds first..last (a block cut from a method, mirrored statements)."""
-    tree = ast.parse((package / path).read_text(encoding="utf-8"))
     exact, holding = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
-            if (start, node.end_lineno) == (first, last):
-                exact.add(node.name)
-            elif node.lineno < first <= last <= node.end_lineno:
-                holding.add(node.name)
+    for name, start, lineno, end in _functions(package / path):
+        if (start, end) == (first, last):
+            exact.add(name)
+        elif lineno < first <= last <= end:
+            holding.add(name)
     return {"exact": exact, "holding": holding}
 
 

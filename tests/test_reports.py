@@ -15,6 +15,7 @@ from contract.core.expected import FAILS
 from contract.families import BUILT_IN, load_policy
 from contract.core.properties import PROPERTIES
 from contract.core.trace import loads, replay
+from contract.evidence import since
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -68,13 +69,11 @@ def test_reports_are_byte_for_byte_current(regenerated):
 
 
 def _package(release: str) -> Path | None:
-    venv = ROOT / f".venv-vllm-{release}"
-    found = sorted(venv.glob("lib/python3*/site-packages/vllm/__init__.py"))
-    if not found:
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(f".venv-vllm-{release} is missing")
-        return None
-    return found[0].parent
+    """The release's ``vllm`` source: its environment, or ``$CONTRACT_VLLM_SOURCES/<release>/vllm``."""
+    found = since.sources(ROOT).get(release)
+    if found is None and os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+        pytest.fail(f"no source for vLLM {release}: make .venv-vllm-{release}/.complete or set {since.ENV}")
+    return found
 
 
 def test_pages_cite_only_lines_that_ran_at_the_replayed_release(regenerated):
@@ -89,6 +88,11 @@ def test_pages_cite_only_lines_that_ran_at_the_replayed_release(regenerated):
     conformance = matrix.load_conformance(REPORTS / "conformance")
     pages = sorted(p for p in out.rglob("*.md") if p.with_suffix(".json").is_file() and p.parent.name != "conformance")
     assert pages
+    with_paths = {}
+    for (release, runner), data in conformance.items():
+        for t in data.get("traces", []):
+            if t.get("decision_path"):
+                with_paths.setdefault((runner, t.get("name")), set()).add(release)
     packages = {}
     cited = 0
     for page in pages:
@@ -96,8 +100,7 @@ def test_pages_cite_only_lines_that_ran_at_the_replayed_release(regenerated):
         assert SECTION in text and "lines responsible" not in text, page
         section = text.split(SECTION, 1)[1]
         trace = load(page.with_suffix(".json"))
-        replayed = {release for (release, runner), data in conformance.items() if runner is trace.scenario.runner
-                    for t in data.get("traces", []) if t.get("name") == trace.name and t.get("decision_path")}
+        replayed = with_paths.get((trace.scenario.runner, trace.name), set())
         linked = {m.group(2) for m in LINK.finditer(section)}
         assert linked <= replayed, (page, linked, replayed)
         if not replayed:

@@ -104,6 +104,8 @@ def lost_graphs(branch: Policy, base: Policy, scenarios) -> dict[Signature, list
     """Per lost kind, every scenario where the branch serves fewer dispatches with a graph."""
     from contract.core.graphs import run_script
 
+    if branch is base:  # a tree recognised as its base release: the same serving script everywhere
+        return {}
     found: dict[Signature, list[Occurrence]] = {}
     for index, scenario in enumerate(scenarios):
         for sig, o in lost_occurrence(index, scenario, run_script(scenario, base), run_script(scenario, branch)).items():

@@ -158,6 +158,7 @@ class Session:
         self.blocks = model_runner.load(gpu_model_runner)
         self.configs = ConfigCache()
         self.recorder = ManagerRecorder()
+        self._gc_checked: set[str] = set()
         self._install_observers()
         self.decisions = decision_points.install(self, RealRun)
         self._models: dict[tuple, object] = {}
@@ -183,7 +184,11 @@ class Session:
         modules a speculator imports late are reached at the next trace."""
         if self.device == "cuda":
             return
-        for name, module in list(sys.modules.items()):
+        # only the modules imported since the last trace: sys.modules holds thousands
+        fresh = sys.modules.keys() - self._gc_checked
+        self._gc_checked |= fresh
+        for name in fresh:
+            module = sys.modules.get(name)
             if name.startswith("vllm") and getattr(module, "gc", None) is gc:
                 module.gc = _NO_COLLECT
 
