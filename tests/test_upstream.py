@@ -62,16 +62,25 @@ def outcomes(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
-    """One pytest run per installed release over every root cause's test: (outcomes, output)."""
-    found = {}
+    """One pytest run per installed release over every root cause's test, the releases side by side
+    (each run is one process): (outcomes, output)."""
+    started = {}
     for release in RELEASES:
         python = require(release) / "bin" / "python"
         cwd = tmp_path_factory.mktemp(f"upstream-{release}")  # nothing of this project on the path
         env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "VLLM_LOGGING_LEVEL": "ERROR"}
-        done = subprocess.run([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-                               *map(str, TESTS.values())], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=1200)
-        found[release] = (outcomes(done.stdout), done.stdout + done.stderr)
+        started[release] = subprocess.Popen([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                                             *map(str, TESTS.values())], cwd=cwd, env=env, text=True,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    found = {}
+    try:
+        for release, proc in started.items():
+            out, err = proc.communicate(timeout=1200)
+            found[release] = (outcomes(out), out + err)
+    finally:
+        for proc in started.values():
+            proc.kill()
+            proc.wait()
     return found
 
 
