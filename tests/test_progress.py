@@ -171,8 +171,9 @@ def test_the_branch_replay_reports_through_its_parent_and_publishes_its_folder(t
     assert proc.stdout.strip(), proc.stderr[-2000:]
     json.loads(proc.stdout)
     beats = [line for line in proc.stderr.splitlines() if line.startswith("conform: the replay of")]
-    # the count comes from the child replaying in vLLM 0.34.0's environment
-    assert any(re.match(rf"^conform: the replay of {re.escape(str(tree))}: [1-3] of 3 traces, \d+ s$", line)
+    # the stage and its total come from the child replaying in vLLM 0.34.0's environment (the three
+    # traces may all replay between two beats on a loaded machine, so the count may still read 0)
+    assert any(re.match(rf"^conform: the replay of {re.escape(str(tree))}: [0-3] of 3 traces, \d+ s$", line)
                for line in beats), proc.stderr[-3000:]
     assert (reports / "README.md").is_file() and (reports / "branch.json").is_file()
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["branch"]
