@@ -102,7 +102,11 @@ def test_the_other_releases_model_disagrees_on_named_steps(jobs):
 def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
     """``--no-enable-extensible-kv-cache``: 0.34.0's ``profile_cudagraph_memory`` runs its throwaway
     capture (``34:v1/worker/gpu/cudagraph_utils.py:988-1095``), which the default skips
-    (``34:…/model_runner.py:1123-1125``); the real code agrees with the model on both."""
+    (``34:…/model_runner.py:1123-1125``); the real code agrees with the model on both.
+
+    The run leaves nothing in the temporary folder (vLLM's model config folder lies in the child's,
+    which the parent removes) and keeps vLLM's own cache in this tool's cache folder, per release,
+    never in the user's ``~/.cache/vllm``."""
     from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Resolve
     from contract.families import load_policy
     from contract.core.scenario import Runner, Scenario
@@ -118,13 +122,19 @@ def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):
         profiled[name] = len(trace.expected_steps[2].get("dispatches", []))
         write_atomic(folder / f"{name}.json", trace.dumps())
     assert profiled["default"] == 0 and profiled["off"] > 0, profiled
+    tmp, home, cache = tmp_path / "tmp", tmp_path / "home", tmp_path / "cache"
+    tmp.mkdir()
     proc = subprocess.run([str(python), "-m", "contract.cli", "conform", "--runner", "mrv2", "--traces", str(folder),
                            "--reports", str(tmp_path / "reports"), "--json"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=TIMEOUT, env=run_env())
+                          timeout=TIMEOUT, env=run_env(TMPDIR=str(tmp), HOME=str(home), CUDAGRAPH_CONTRACT_CACHE=str(cache),
+                                                       XDG_CACHE_HOME="", VLLM_CACHE_ROOT=str(home / "vllm")))
     assert proc.stdout.strip(), proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert data["vllm"] == "0.34.0" and data["steps"] == 2 * len(events), data
     assert data["agreeing_steps"] == data["steps"] and proc.returncode == 0, data["disagreements"]
+    assert list(tmp.iterdir()) == []
+    assert list((cache / "vllm" / "0.34.0" / "modelinfos").glob("*LlamaForCausalLM.json"))
+    assert not home.exists()
 
 
 # -- conform --vllm-src: a branch checkout's own code over the shared closure ----------------------

@@ -80,10 +80,11 @@ def installed(release: str) -> Path:
 
 
 def copy(release: str, dest: Path) -> Path:
-    """The release's ``vllm/`` under ``dest`` (hard links: files are replaced, never written through)."""
+    """The release's ``vllm/`` under ``dest`` (hard links: files are replaced, never written through),
+    its bytecode with it as in a checkout that has run: an edited file's no longer matches it and
+    is compiled again."""
     tree = dest / "vllm"
-    shutil.copytree(installed(release), tree, copy_function=lambda s, d: _link(s, d),
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(installed(release), tree, copy_function=lambda s, d: _link(s, d))
     return dest
 
 

@@ -78,3 +78,15 @@ def shared_jobs(tmp_path_factory, folder: str, versions, commands, timeout: int,
     for proc in started.values():
         if proc.poll() is None:
             proc.kill()
+
+
+def per_kind(values, kept) -> list:
+    """Parameters of a check ``make test`` makes once per kind: the ``kept`` values run there, the
+    others carry the ``evidence`` mark (``make evidence``, docs/measurements.md)."""
+    return [pytest.param(v, marks=() if v in kept else pytest.mark.evidence, id=str(v)) for v in values]
+
+
+def selected(request, name: str) -> set:
+    """The values of parameter ``name`` the session's items of the requesting module use."""
+    return {item.callspec.params[name] for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec") and name in item.callspec.params}

@@ -310,6 +310,9 @@ def main(argv: list[str]) -> int:
         request = json.load(f)
     _die_with_parent(request.get("parent"))
     _owner = os.getpid()
+    # What the code writes to temporary files (vLLM's model config, say) lies in the parent's folder
+    # for this call, which the parent removes however the child ends.
+    tempfile.tempdir = os.path.dirname(os.path.abspath(request_path))
     nonce = request["nonce"]
     module_name, _, function_name = request["target"].partition(":")
     if not module_name.startswith(_TARGETS):

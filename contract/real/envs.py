@@ -9,7 +9,9 @@ calls the same code with the repository's folders).
 - ``VERSION``: one small venv per release, without pip, whose site-packages holds only
   ``vllm==VERSION`` (``pip install --no-deps --target``) and a ``.pth`` line appending the shared
   environment's site-packages; it runs the shared environment's interpreter, so the closure's
-  compiled wheels fit it.
+  compiled wheels fit it. pip writes the bytecode of vLLM's modules at install (about 7 s of CPU):
+  where ``PYTHONDONTWRITEBYTECODE`` is set, nothing else would, and every replay would compile the
+  modules it imports again (about 10 s each).
 
 Every step is skipped when its result is already in place (a re-run costs the import check). A
 failing step is one line (``EnvProblem``: the step and the last error line of pip's log, kept in a
@@ -196,7 +198,7 @@ def make_release(version: str, dest: Path, base: Path, say=print) -> str:
         for old in [site / "vllm", *site.glob("vllm-*.dist-info")]:
             shutil.rmtree(old, ignore_errors=True)
         steps.run(f"installing vllm=={version} (--no-deps --target)",
-                  [str(base_py), *PIP, "install", "--no-deps", "--no-compile", "--upgrade", "--target", str(site),
+                  [str(base_py), *PIP, "install", "--no-deps", "--upgrade", "--target", str(site),
                    f"vllm=={version}"])
     steps.run("import check", [str(py), "-c", _SMOKE, version, str(site), str(base_site)], quiet=True)
     steps.done()

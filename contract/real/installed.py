@@ -40,6 +40,18 @@ def cache_root() -> Path:
     return Path(base) / "cudagraph-contract"
 
 
+def vllm_cache_root() -> Path:
+    """The ``VLLM_CACHE_ROOT`` a replay gives vLLM: ``vllm/<version>`` in the cache folder, apart from
+    the user's own vLLM cache. One folder per release: vLLM keeps one model-info file per model class
+    and rewrites it when the class's source differs (``_LazyRegisteredModel.inspect_model_cls``,
+    ``model_executor/models/registry.py``), so releases sharing a folder would rewrite each other's."""
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unversioned"
+    return cache_root() / "vllm" / version
+
+
 def checkout() -> Path | None:
     """The project's checkout the package runs from (an editable install or ``PYTHONPATH``); None for
     an installed wheel, whose package sits in site-packages."""

@@ -16,7 +16,7 @@ import importlib
 import os
 import sys
 
-from contract.real import device, simcuda
+from contract.real import device, installed, simcuda
 
 
 _ACTIVE = None
@@ -78,6 +78,10 @@ def activate(modules: tuple[str, ...]):
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries --json
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # vLLM's and torch's caches in this tool's cache folder, never the user's nor the temporary
+    # folder; a warm model-info entry saves a subprocess importing the model class (about 8 s on CPU).
+    os.environ["VLLM_CACHE_ROOT"] = str(installed.vllm_cache_root())
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(installed.cache_root() / "torchinductor")
     # Set explicitly: when unset, _maybe_enable_breakable_cudagraph turns it on for some
     # architectures (config/vllm.py), and every scenario sets its own value anyway.
     os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "0"

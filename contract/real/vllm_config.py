@@ -155,13 +155,16 @@ class ConfigCache:
 
     def __init__(self) -> None:
         self._model_config = None
+        self._folder: tempfile.TemporaryDirectory | None = None
         self._built: dict[tuple, tuple[object, dict] | BaseException] = {}
 
     def model_config(self):
         if self._model_config is None:
             from vllm.config import ModelConfig
 
-            folder = tempfile.mkdtemp(prefix="tiny-llama-config-")
+            # removed when the cache goes or the process exits (TemporaryDirectory's finalizer)
+            self._folder = tempfile.TemporaryDirectory(prefix="tiny-llama-config-")
+            folder = self._folder.name
             with open(os.path.join(folder, "config.json"), "w") as f:
                 json.dump(TINY_LLAMA, f)
             self._model_config = ModelConfig(
