@@ -2,7 +2,6 @@
 own shortest witness; the differential says what a branch adds, removes and shares with its base."""
 
 import json
-from functools import lru_cache
 
 import pytest
 from typer.testing import CliRunner
@@ -10,17 +9,14 @@ from typer.testing import CliRunner
 from contract.core.classes import NESTED, NO_CAPTURER, OUTSIDE_WINDOW_SILENT, deviations
 from contract.cli import app
 from contract.core.differential import BaseMismatch, compare
-from contract.core.explore import explore
 from contract.families import MUTANTS, mutant_policy
 from contract.families import BUILT_IN, load_policy
 from contract.core.trace import replay
+from explored import GROUP, explored
+
+pytestmark = GROUP
 
 runner = CliRunner()
-
-
-@lru_cache(maxsize=None)
-def explored(name):
-    return explore(load_policy(name), classify=True)
 
 
 def titles(classes):

@@ -25,15 +25,13 @@ from contract.core.scenario import ConfigRejected, DrafterKind, Runner, Scenario
 from contract.core import profiles
 from contract.core.machine import run_machine
 from contract.families import BUILT_IN, MUTANTS, load_policy, mutant_policy
+from explored import GROUP, explored
+
+pytestmark = GROUP
 
 runner = CliRunner()
 AV = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
               adaptive_verification=True)
-
-
-@lru_cache(maxsize=None)
-def explored(name):
-    return explore(load_policy(name), classify=True)
 
 
 def stops(scenario, policy_name):

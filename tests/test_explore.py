@@ -9,11 +9,14 @@ from contract.core.explore import explore
 from contract.families import MUTANTS, mutant_policy
 from contract.families import BUILT_IN, load_policy
 from contract.core.properties import PROPERTIES
+from explored import GROUP, explored
+
+pytestmark = GROUP
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_explorer_verdicts_match_the_expected_table(name):
-    result = explore(load_policy(name))
+    result = explored(name)
     assert result.complete, "the state graph should reach a fixpoint within the default depth"
     assert {p for p in PROPERTIES if not result.holds(p)} == FAILS[name]
     for prop, trace in result.counterexamples.items():
