@@ -11,7 +11,7 @@ calls the same code with the repository's folders).
   environment's site-packages; it runs the shared environment's interpreter, so the closure's
   compiled wheels fit it. pip writes the bytecode of vLLM's modules at install (about 7 s of CPU):
   where ``PYTHONDONTWRITEBYTECODE`` is set, nothing else would, and every replay would compile the
-  modules it imports again (about 10 s each).
+  modules it imports again (about 1 s of CPU each).
 
 Every step is skipped when its result is already in place (a re-run costs the import check). A
 failing step is one line (``EnvProblem``: the step and the last error line of pip's log, kept in a
