@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from contract.runners.mrv1 import branch as mrv1_branch
 from contract.cli import app
 from contract.real import judge
-from contract.core.explore import explore
+from contract.core.explore import DEFAULT_DEPTH, explore
 from contract.families import BY_NAME, mutant_policy
 from contract.families import BUILT_IN, by_runner, load_policy
 from explored import GROUP, explored
@@ -21,10 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
+# breakable_acts_on_none's state graph reaches no fixpoint within the default depth (12 events), and
+# every class it shows there shows by 8 events with the same witness, in a fifth of the time.
+DEPTH = {"breakable_acts_on_none": 8}
+
+
 @pytest.mark.parametrize("name", [*BUILT_IN, "entries_never_stored", "capture_window_never_closed", "breakable_acts_on_none"])
 def test_judge_on_recorded_steps_finds_the_models_violations(name):
     policy = mutant_policy(BY_NAME[name]) if name in BY_NAME else load_policy(name)
-    ex = explore(policy, classify=True) if name in BY_NAME else explored(name)
+    ex = explore(policy, classify=True, depth=DEPTH.get(name, DEFAULT_DEPTH)) if name in BY_NAME else explored(name)
     assert ex.classes
     for c in ex.classes:
         _, found = judge.violations(c.witness.expected_steps, c.witness.events, c.witness.scenario,
