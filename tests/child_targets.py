@@ -55,6 +55,13 @@ def refused_fork(payload):
     return {"forked": forked()}
 
 
+def leave_a_temporary_folder(payload):
+    """What vLLM's code does with a config folder it never removes."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="left-behind-")
+
+
 def not_json(payload):
     return {"nan": float("nan")} if payload == "nan" else {"set": {1, 2}}
 

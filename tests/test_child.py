@@ -72,6 +72,12 @@ def test_a_value_comes_back_and_the_output_stays_apart():
     assert run("echo", {"a": [1, "b", None]}).value == {"a": [1, "b", None]}
 
 
+def test_what_the_child_leaves_in_the_temporary_folder_goes_with_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    left = Path(run("leave_a_temporary_folder").value)
+    assert not left.exists() and not list(tmp_path.glob("left-behind-*"))
+
+
 @pytest.mark.parametrize("status", [0, 3])
 def test_an_exit_without_a_result(status):
     assert f"exited with status {status} before reporting a result" in problem("exit_now", {"status": status})
