@@ -44,11 +44,7 @@ WITNESS = {
 # reads and one it does not; 0.33.0's trees and the other pairs run under -m evidence (make evidence).
 CONFORMED = {("0.34.0", area) for area in WITNESS}
 VERIFIED = {("0.34.0", "model_runner"), ("0.34.0", "cudagraph_utils")}
-
-
-def cases(kept: set) -> list:
-    return [pytest.param(release, area, marks=() if (release, area) in kept else pytest.mark.evidence,
-                         id=f"{area}-{release}") for release in RELEASES for area in WITNESS]
+PAIRS = [(release, area) for release in RELEASES for area in WITNESS]
 
 
 def cli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -95,7 +91,7 @@ def runs(tmp_path_factory, request):
     return done, status, after
 
 
-@pytest.mark.parametrize("release, area", cases(CONFORMED))
+@pytest.mark.parametrize("release, area", per_kind(PAIRS, CONFORMED))
 def test_an_edit_is_a_new_class_on_vllms_own_code(runs, release, area):
     done, _, _ = runs
     proc = done[(release, area, "conform")]
@@ -107,7 +103,7 @@ def test_an_edit_is_a_new_class_on_vllms_own_code(runs, release, area):
     assert "(Model Runner V2)" in proc.stdout.splitlines()[0]
 
 
-@pytest.mark.parametrize("release, area", cases(VERIFIED))
+@pytest.mark.parametrize("release, area", per_kind(PAIRS, VERIFIED))
 def test_verify_reads_an_edited_tree_and_says_what_it_does_not_read(runs, release, area):
     done, _, _ = runs
     proc = done[(release, area, "verify")]

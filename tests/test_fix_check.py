@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_envs import require, run_env
+from vllm_envs import per_kind, require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXES = sorted(p.parent for p in (ROOT / "fixes").glob("*/fix.json"))
@@ -39,8 +39,7 @@ def fix_check(patch: Path, release: str, folder: Path, reports: Path) -> tuple[i
 
 
 @pytest.mark.conformance
-@pytest.mark.parametrize("folder", [f if f.name == CHECKED else pytest.param(f, marks=pytest.mark.evidence)
-                                    for f in FIXES], ids=lambda f: f.name)
+@pytest.mark.parametrize("folder", per_kind(FIXES, {f for f in FIXES if f.name == CHECKED}, ids=lambda f: f.name))
 def test_the_shipped_fix_gets_its_recorded_verdict(folder, tmp_path):
     release, name = newest_patch(folder)
     recorded = json.loads((folder / "fix.json").read_text()).get("fix_check", {}).get(name)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_envs import per_kind
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-conformance.sh"
 
@@ -140,7 +142,7 @@ def carried(tmp_path_factory):
 @pytest.mark.xdist_group("gpu-bundle")
 # make test runs the MRV2 release from the bundle; the MRV1 one (whose traces the CPU run above
 # replays with the same script) under -m evidence
-@pytest.mark.parametrize("version", [pytest.param("0.30.0", marks=pytest.mark.evidence), "0.34.0"])
+@pytest.mark.parametrize("version", per_kind(("0.30.0", "0.34.0"), {"0.34.0"}))
 def test_the_bundle_alone_runs_the_replay_on_a_gpu_like_python(carried, version):
     """Pack, carry the tree and the bundle, run with a Python that has no vLLM and sees a GPU host:
     the release's runner replays (0.30.0: MRV1, 0.34.0: MRV2), every step agrees, and the result

@@ -21,6 +21,7 @@ from contract.core.explore import explore
 from contract.families import load_policy
 from contract.core.properties import PROPERTIES
 from contract.core.scenario import ConfigRevision
+from vllm_envs import per_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDED = mrv1_branch.FILES
@@ -67,7 +68,7 @@ def test_installed_release_reads_as_its_rules(version, policy):
 
 
 # verify on 0.29.0's tree under make evidence: the same path as 0.30.0's, with the other rules
-@pytest.mark.parametrize("version, policy", [RECOGNISED[0], pytest.param(*RECOGNISED[1], marks=pytest.mark.evidence)])
+@pytest.mark.parametrize("version, policy", per_kind(RECOGNISED, {RECOGNISED[0]}))
 def test_installed_release_is_recognised(version, policy):
     pkg = installed(version)
     result = verify("--vllm-src", pkg, "--json")
