@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.real.installed import cache_root
 from vllm_envs import per_kind, require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,11 +31,16 @@ def newest_patch(folder: Path) -> tuple[str, str]:
 
 
 def fix_check(patch: Path, release: str, folder: Path, reports: Path) -> tuple[int, dict, str]:
+    """The verdict, with a home folder of its own: neither the replay nor vLLM's unit test writes there
+    (vLLM's cache goes to the tool's cache folder, shared with the other tests as before)."""
     require(release)
+    home = reports.parent / "home"
     done = subprocess.run([sys.executable, "-m", "contract.cli", "fix-check", str(patch), "--vllm", release,
                            "--root-cause", str(folder), "--corpus", "witnesses", "--json", "--reports", str(reports)],
-                          cwd=ROOT, env=run_env(), capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, env=run_env(HOME=str(home), CUDAGRAPH_CONTRACT_CACHE=str(cache_root())),
+                          capture_output=True, text=True, timeout=900)
     assert done.stdout, done.stderr[-2000:]
+    assert not home.exists(), sorted(p.relative_to(home) for p in home.rglob("*"))[:5]
     return done.returncode, json.loads(done.stdout), done.stderr
 
 

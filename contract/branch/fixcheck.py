@@ -24,6 +24,7 @@ from contract.core.graphs import dispatch_kind, served
 from contract.core.modes import CUDAGraphMode
 from contract.core.policy import PolicyError
 from contract.core.trace import Trace
+from contract.real.installed import vllm_cache_root
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,11 +129,13 @@ class TestRun:
     tail: str  # pytest's last lines, for the report
 
 
-def run_test(test: Path, tree: Path | None, shared_python: Path, release_python: Path) -> TestRun:
+def run_test(test: Path, tree: Path | None, shared_python: Path, release_python: Path, version: str) -> TestRun:
     """The root cause's vLLM unit test on ``tree`` (over the shared closure) or, with ``tree`` None, on
-    the installed release; never with this project on the path."""
+    the installed release ``version``; never with this project on the path, and with the release's
+    vLLM cache in this tool's cache folder, as a replay's."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["VLLM_LOGGING_LEVEL"] = "ERROR"
+    env["VLLM_CACHE_ROOT"] = str(vllm_cache_root(version))
     python = release_python
     if tree is not None:
         env["PYTHONPATH"] = str(tree)

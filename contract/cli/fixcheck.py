@@ -200,8 +200,8 @@ def fix_check(
                                        + "; ".join(c.title for c in model.lost[:3]))
             verdict.said.append(f"the model on the patched rules: {model.summary()}")
         if cause is not None and cause.test is not None:
-            after = run_test(cause.test, tree_root, shared, python)
-            before = run_test(cause.test, None, shared, python)
+            after = run_test(cause.test, tree_root, shared, python, version)
+            before = run_test(cause.test, None, shared, python, version)
             verdict.said.append(f"{cause.test.name}: {before.outcome} on vLLM {version}, {after.outcome} with the patch")
             if after.outcome != "pass":
                 verdict.accepted = False

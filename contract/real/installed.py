@@ -40,15 +40,18 @@ def cache_root() -> Path:
     return Path(base) / "cudagraph-contract"
 
 
-def vllm_cache_root() -> Path:
-    """The ``VLLM_CACHE_ROOT`` a replay gives vLLM: ``vllm/<version>`` in the cache folder, apart from
-    the user's own vLLM cache. One folder per release: vLLM keeps one model-info file per model class
-    and rewrites it when the class's source differs (``_LazyRegisteredModel.inspect_model_cls``,
-    ``model_executor/models/registry.py``), so releases sharing a folder would rewrite each other's."""
-    try:
-        version = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unversioned"
+def vllm_cache_root(version: str | None = None) -> Path:
+    """The ``VLLM_CACHE_ROOT`` this tool gives vLLM's code (a replay, a root cause's unit test):
+    ``vllm/<version>`` in the cache folder, apart from the user's own vLLM cache; ``version``
+    defaults to the vLLM installed with this Python. One folder per release: vLLM keeps one
+    model-info file per model class and rewrites it when the class's source differs
+    (``_LazyRegisteredModel.inspect_model_cls``, ``model_executor/models/registry.py``), so releases
+    sharing a folder would rewrite each other's."""
+    if version is None:
+        try:
+            version = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unversioned"
     return cache_root() / "vllm" / version
 
 
