@@ -2,7 +2,8 @@
 
 Every way a child can end without reporting (an exit, ``os._exit(0)``, a hang, a signal, a fork that
 tries to report or lingers, a value that is not JSON) is a ``ChildProblem`` with one line; a parent
-killed by SIGTERM or SIGKILL takes its child with it. The targets are in ``tests/child_targets.py``.
+killed by SIGTERM or SIGKILL takes its child with it, and one ended by SIGTERM, SIGINT or SIGHUP
+removes the call's folder. The targets are in ``tests/child_targets.py``.
 """
 
 from __future__ import annotations
@@ -159,10 +160,19 @@ child.run("tests.child_targets:write_pid_and_hang", {"pidfile": sys.argv[1]}, wh
 """
 
 
+def _signals_by_default():
+    """A parent started from a non-interactive shell's background job inherits SIGINT ignored, and
+    ignored it stays (as under ``nohup``): the probe's parent gets the default dispositions."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP])
 def test_the_child_dies_with_its_parent(tmp_path, sig):
-    pidfile = tmp_path / "pid"
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(pidfile)], cwd=ROOT, env=child.project_env(),
+    pidfile, temporary = tmp_path / "pid", tmp_path / "tmp"
+    temporary.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(pidfile)], cwd=ROOT,
+                              env=child.project_env(TMPDIR=str(temporary)), preexec_fn=_signals_by_default,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         pid = wait_for(pidfile)
@@ -170,6 +180,8 @@ def test_the_child_dies_with_its_parent(tmp_path, sig):
         parent.send_signal(sig)
         parent.wait(timeout=30)
         assert wait_gone(pid), f"the child {pid} outlived its parent killed by {sig.name}"
+        if sig != signal.SIGKILL:  # a parent killed outright removes nothing
+            assert not list(temporary.iterdir()), f"a parent ended by {sig.name} left its call's folder"
     finally:
         parent.kill()
         parent.wait()
@@ -184,8 +196,8 @@ def test_a_foreign_interpreter_dies_with_its_parent(tmp_path):
     script.chmod(0o755)
     code = ("import sys\nfrom contract.core import child\n"
             f"child.run('tests.child_targets:echo', 1, what='x', python={str(script)!r}, timeout=120)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TMPDIR=str(tmp_path)),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         pid = wait_for(pidfile)
         parent.kill()

@@ -201,7 +201,11 @@ def pid_from(path: Path, seconds: float = 30) -> int:
 
 
 def killed_parent_takes_the_child(argv: list, pidfile: Path, sig: signal.Signals) -> None:
-    parent = subprocess.Popen(cli(*argv), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """... and a command ended by SIGTERM leaves nothing in the temporary folder either."""
+    temporary = pidfile.parent / "tmp"
+    temporary.mkdir()
+    parent = subprocess.Popen(cli(*argv), cwd=ROOT, env=dict(os.environ, TMPDIR=str(temporary)),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         pid = pid_from(pidfile)
         assert not gone(pid)
@@ -211,6 +215,8 @@ def killed_parent_takes_the_child(argv: list, pidfile: Path, sig: signal.Signals
         while not gone(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert gone(pid), f"the child {pid} outlived its parent killed by {sig.name}"
+        if sig != signal.SIGKILL:
+            assert not list(temporary.iterdir()), f"a command ended by {sig.name} left its child's folder"
     finally:
         parent.kill()
         parent.wait()

@@ -25,6 +25,7 @@ import json
 import os
 import secrets
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,8 +123,9 @@ def _kill_group(pid: int) -> None:
 
 
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen):
+def _forwarding(proc: subprocess.Popen, folder: str):
     """While the child runs, an interrupt or termination of the parent kills the child's group first.
+    A signal the parent dies of removes the call's ``folder`` first, as no ``finally`` runs then.
     A signal the parent ignores (``nohup``) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -138,6 +140,7 @@ def _forwarding(proc: subprocess.Popen):
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
         else:
+            shutil.rmtree(folder, ignore_errors=True)
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
@@ -222,7 +225,7 @@ def run(target: str, payload, *, what: str, timeout: float | None = DEFAULT_TIME
             except OSError as exc:
                 raise ChildProblem(f"{what}: {python} cannot be run: {exc.strerror or exc}") from None
         try:
-            with _forwarding(proc):
+            with _forwarding(proc, tmp):
                 finished = _exited(proc, timeout)
         finally:
             _kill_group(proc.pid)  # whatever it left behind: a fork, a grandchild; or the child on timeout
