@@ -44,6 +44,7 @@ $(SOURCES)/%/vllm: | $(VENV)/.installed
 # to the lowest-version tests.
 test:
 	$(MAKE) -j4 -Otarget $(VENV)/.installed $(VLLM_ENVS) $(VLLM_SOURCES) test-lowest
+	$(VENV)/bin/python -m compileall -q contract tests  # read by each of the suite's few hundred processes
 	CONTRACT_REQUIRE_VLLM=1 CONTRACT_VLLM_SOURCES=$(CURDIR)/$(SOURCES) $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m "not campaign and not evidence"
 
 # Not in CI: the instances make test runs one of per kind (every shipped fix's verdict, every

@@ -92,10 +92,10 @@ def released_0_34() -> Path:
     pytest.skip("no vLLM 0.34.0 tree (.venv-vllm-0.34.0 or CONTRACT_VLLM_0_34_SRC)")
 
 
-def test_released_0_34_tree_verifies(tmp_path):
+def test_released_0_34_tree_reads_as_its_release(tmp_path):
+    """The released tree is 0.34.0's rules (``verify`` on it exits 0 and says so: test_branch_review.py's
+    unedited tree); without ``has_piecewise_cudagraphs()``'s guard its manager is a new policy."""
     pkg = released_0_34()
-    result = runner.invoke(app, ["verify", "--vllm-src", str(pkg), "--profile", "ci", "--quiet"])
-    assert result.exit_code == 0, result.output
     assert branch.load(pkg).policy.name == "mrv2_0_34"
     edited = tmp_path / "vllm"
     for rel in (mrv2_branch.MANAGER_FILE, mrv2_branch.RUNNER_FILE):

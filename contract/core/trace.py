@@ -98,6 +98,28 @@ def record(scenario: Scenario, policy: Policy, events: list[Event], *, name: str
            origin: dict | None = None) -> Trace:
     """Run events on the model and keep what it showed as the trace's expectation."""
     run, violations = run_events(scenario, policy, events)
+    return _kept(run, violations, events, name, prop, origin)
+
+
+def record_runnable(scenario: Scenario, policy: Policy, script: list[Event], *, name: str = "",
+                    origin: dict | None = None) -> Trace:
+    """The events of ``script`` the model's runner takes, up to where it halts, recorded as they run
+    (one run of the model, where finding the events and then ``record`` would take two)."""
+    run = Run(scenario, policy)
+    taken: list[Event] = []
+    violations: list[Violation] = []
+    for event in script:
+        if run.state.halted:
+            break
+        if run.can(event):
+            violations.extend(check(run.apply(event), scenario, policy.runner))
+            taken.append(event)
+    return _kept(run, violations, taken, name, None, origin)
+
+
+def _kept(run: Run, violations: list[Violation], events: list[Event], name: str, prop: str | None,
+          origin: dict | None) -> Trace:
+    scenario, policy = run.scenario, run.policy
     return Trace(
         scenario=scenario,
         policy=policy.name if policy.source == "built-in" else policy.source,

@@ -21,11 +21,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from contract.core.engine import Run
 from contract.core.graphs import FORCE_EAGER_AT, script
 from contract.core.policy import Policy
 from contract.core.scenario import DrafterKind, Runner, Scenario
-from contract.core.trace import SCHEMA, Trace
+from contract.core.trace import SCHEMA, Trace, record_runnable
 
 SPEC_QUERY_LENS = (2, 3)
 __all__ = ["FORCE_EAGER_AT", "script"]
@@ -46,17 +45,13 @@ def file_traces(root: Path) -> list[Path]:
     return paths
 
 
+def runnable_trace(scenario: Scenario, policy: Policy, name: str = "", origin: dict | None = None) -> Trace:
+    """The script's events the model's runner takes, up to where it halts, as a trace."""
+    return record_runnable(scenario, policy, script(scenario), name=name, origin=origin)
+
+
 def runnable_events(scenario: Scenario, policy: Policy) -> list:
-    """The script's events the model's runner takes, up to where it halts."""
-    run = Run(scenario, policy)
-    taken = []
-    for event in script(scenario):
-        if run.state.halted:
-            break
-        if run.can(event):
-            run.apply(event)
-            taken.append(event)
-    return taken
+    return runnable_trace(scenario, policy).events
 
 
 def cells(trace: Trace) -> set[tuple]:

@@ -16,7 +16,7 @@ from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
 from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
-from contract.core.trace import Trace, TraceError, record
+from contract.core.trace import Trace, TraceError
 
 
 def scenarios() -> Iterator[Scenario]:
@@ -39,8 +39,7 @@ def scenarios() -> Iterator[Scenario]:
 
 def generated(policy: Policy) -> Iterator[Trace]:
     for i, scenario in enumerate(scenarios()):
-        events = corpus_mod.runnable_events(scenario, policy)
-        yield record(scenario, policy, events, name=f"covering-{i:04d}", origin={"engine": "conformance-corpus"})
+        yield corpus_mod.runnable_trace(scenario, policy, f"covering-{i:04d}", {"engine": "conformance-corpus"})
 
 
 def session():

@@ -20,7 +20,7 @@ from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
 from contract.core.scenario import DrafterKind, Runner, all_scenarios
-from contract.core.trace import Trace, TraceError, record
+from contract.core.trace import Trace, TraceError
 from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPLAYED_WITHOUT_MODEL, REPLAYED_SPECULATORS
 from contract.runners.mrv2.model.space import adaptive_attention
 
@@ -58,8 +58,7 @@ def scenarios(policy: Policy) -> Iterator:
 
 def generated(policy: Policy) -> Iterator[Trace]:
     for i, scenario in enumerate(scenarios(policy)):
-        events = corpus_mod.runnable_events(scenario, policy)
-        yield record(scenario, policy, events, name=f"mrv2-covering-{i:04d}", origin={"engine": "conformance-corpus"})
+        yield corpus_mod.runnable_trace(scenario, policy, f"mrv2-covering-{i:04d}", {"engine": "conformance-corpus"})
 
 
 def session():
