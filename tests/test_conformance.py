@@ -27,7 +27,9 @@ VERSIONS = ("0.30.0", "0.29.0", "0.33.0")
 KEPT = {"0.30.0"}
 TIMEOUT = 600
 
-pytestmark = pytest.mark.conformance
+# one worker runs the module's jobs one after the other while the other worker runs other tests,
+# rather than both workers waiting on a job's lock (vllm_envs.shared_jobs)
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("conformance")]
 
 
 # In one vLLM process: traces replay the same in any order; an MRV2 trace is not replayed; and a

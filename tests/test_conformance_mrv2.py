@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("0.34.0", "0.33.0")
 TIMEOUT = 900
 
-pytestmark = pytest.mark.conformance
+# one worker runs the module's jobs (as test_conformance.py's)
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("conformance-mrv2")]
 
 
 def commands(version: str, python: Path, reports: Path) -> dict[str, list]:

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "tests" / "traces" / "v030-nested-full-over-breakable.json"
 BUILT = ("pyproject.toml", "README.md", "contract", "models")  # what the wheel is built from
 
-pytestmark = [pytest.mark.slow, pytest.mark.conformance]
+# one worker builds the venv (pytest-xdist: a module fixture is made once per worker that runs the module)
+pytestmark = [pytest.mark.slow, pytest.mark.conformance, pytest.mark.xdist_group("installed")]
 
 
 @pytest.fixture(scope="module")

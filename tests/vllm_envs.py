@@ -38,9 +38,10 @@ def require_python(release: str) -> Path:
 
 def shared_jobs(tmp_path_factory, folder: str, versions, commands, timeout: int, env=None):
     """A module's subprocesses, ``commands(version, python, reports) -> {name: argv}``. Run alone,
-    pytest starts them all at once (one core each while they last); under pytest-xdist each job
-    runs once for all workers, under a file lock in the workers' shared temporary folder, when a
-    test first needs it. Yields ``result(name, version) -> (rc, stdout, stderr, reports folder)``."""
+    pytest starts them all at once (one core each while they last); under pytest-xdist a job runs
+    when a test first needs it, once for all workers (a file lock in the workers' shared temporary
+    folder). The modules using it are one xdist group each, so a worker never waits for another's
+    job. Yields ``result(name, version) -> (rc, stdout, stderr, reports folder)``."""
     import fcntl
     import json
     import subprocess
