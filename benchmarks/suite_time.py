@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| file | s |\n|---|---|")
     for name, seconds in totals.most_common():
         print(f"| {name} | {seconds:.1f} |")
-    print(f"\n| slowest | phase | s |\n|---|---|---|")
+    print("\n| slowest | phase | s |\n|---|---|---|")
     for seconds, phase, test in sorted(rows, reverse=True)[:args.top]:
         print(f"| {test} | {phase} | {seconds:.1f} |")
     return 0
