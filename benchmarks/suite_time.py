@@ -4,24 +4,30 @@ then the slowest tests (docs/measurements.md).
     PYTEST_ADDOPTS=--durations=0 make test 2>&1 | tee make-test.log
     .venv/bin/python benchmarks/suite_time.py make-test.log [--top 30]
 
-Under pytest-xdist the durations are each worker's, so their sum is about twice the suite's wall time
-on two workers. A log is only read.
+Where the log holds several tables (``make test`` runs the lowest-version tests first), the last is
+read: the main suite's. Under pytest-xdist the durations are each worker's, so their sum is about
+twice the suite's wall time on two workers. A log is only read.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
 LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S.*)$")
+HEADER = re.compile(r"^=+ slowest( \d+)? durations =+$")
 
 
 def durations(text: str) -> list[tuple[float, str, str]]:
-    """(seconds, phase, test id) for each line of the durations table."""
-    return [(float(m[1]), m[2], m[3].strip()) for m in map(LINE.match, text.splitlines()) if m]
+    """(seconds, phase, test id) for each line of the log's last durations table."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if HEADER.match(line.strip())]
+    lines = lines[starts[-1]:] if starts else lines
+    return [(float(m[1]), m[2], m[3].strip()) for m in map(LINE.match, lines) if m]
 
 
 def by_file(rows: list[tuple[float, str, str]]) -> Counter:
@@ -56,4 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # a reader that stopped early (``| head``) has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

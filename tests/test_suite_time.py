@@ -1,4 +1,5 @@
-"""``benchmarks/suite_time.py``: a ``--durations=0`` log summed by file; a log without one is refused."""
+"""``benchmarks/suite_time.py``: the last ``--durations=0`` table of a log summed by file; a log without
+one is refused."""
 
 import subprocess
 import sys
@@ -7,6 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "suite_time.py"
 LOG = """\
+============================= slowest durations ==============================
+9.00s call     tests/test_cli.py::test_from_the_lowest_version_run
+114 passed in 35.07s
 ============================= slowest durations ==============================
 108.50s setup    tests/test_branch_review.py::test_an_edit[0.34.0-model_runner]@branch-review
 41.00s call     tests/test_conformance_mrv2.py::test_every_mrv2_step_agrees_with_real_vllm[0.34.0]
@@ -19,7 +23,7 @@ def run(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
-def test_sums_by_file_largest_first(tmp_path):
+def test_sums_the_last_table_by_file_largest_first(tmp_path):
     (tmp_path / "log").write_text(LOG)
     done = run(tmp_path / "log", "--top", "1")
     assert done.returncode == 0, done.stderr
