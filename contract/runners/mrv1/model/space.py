@@ -39,6 +39,18 @@ def _weighted(*pairs):
     return st.sampled_from([value for value, weight in pairs for _ in range(weight)])
 
 
+# Built once: Hypothesis works out a strategy's properties on first use, which a strategy built per
+# draw would pay on every example.
+_DRAFTER = _weighted((DrafterKind.NONE, 2), (DrafterKind.WITH_MODEL, 2), (DrafterKind.WITHOUT_MODEL, 1))
+_RARE = _weighted((False, 3), (True, 1))
+_BOOL = st.booleans()
+_CUDAGRAPH_MODE = st.sampled_from(CUDAGraphMode)
+_COMPILATION_MODE = st.sampled_from(CompilationMode)
+_SPLITTING_OPS = _weighted((SplittingOps.DEFAULT, 2), (SplittingOps.ATTENTION, 1), (SplittingOps.EMPTY, 1))
+_ATTENTION_SUPPORT = st.sampled_from(AttentionCGSupport)
+_QUERY_LEN = st.sampled_from((2, 3))
+
+
 @st.composite
 def scenarios(draw) -> Scenario:
     """Every modelled MRV1 setting, field by field; only combinations vLLM can express.
@@ -47,19 +59,19 @@ def scenarios(draw) -> Scenario:
     are drawn less often, so sampling spends its examples where deployments are; the explorer
     enumerates every combination regardless.
     """
-    drafter = draw(_weighted((DrafterKind.NONE, 2), (DrafterKind.WITH_MODEL, 2), (DrafterKind.WITHOUT_MODEL, 1)))
+    drafter = draw(_DRAFTER)
     has_spec = drafter is not DrafterKind.NONE
     return Scenario(
         runner=Runner.MRV1,
-        breakable=draw(st.booleans()),
-        ubatching=draw(_weighted((False, 3), (True, 1))),
-        cudagraph_mode=draw(st.sampled_from(CUDAGraphMode)),
-        compilation_mode=draw(st.sampled_from(CompilationMode)),
-        splitting_ops=draw(_weighted((SplittingOps.DEFAULT, 2), (SplittingOps.ATTENTION, 1), (SplittingOps.EMPTY, 1))),
+        breakable=draw(_BOOL),
+        ubatching=draw(_RARE),
+        cudagraph_mode=draw(_CUDAGRAPH_MODE),
+        compilation_mode=draw(_COMPILATION_MODE),
+        splitting_ops=draw(_SPLITTING_OPS),
         drafter=drafter,
-        attention_support=draw(st.sampled_from(AttentionCGSupport)),
-        spec_enforce_eager=has_spec and draw(_weighted((False, 3), (True, 1))),
-        uniform_decode_query_len=draw(st.sampled_from((2, 3))) if has_spec else 1,
+        attention_support=draw(_ATTENTION_SUPPORT),
+        spec_enforce_eager=has_spec and draw(_RARE),
+        uniform_decode_query_len=draw(_QUERY_LEN) if has_spec else 1,
     )
 
 

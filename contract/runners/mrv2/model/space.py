@@ -96,38 +96,55 @@ def canonical_scenarios(policy) -> list[Scenario]:
     return list(seen.values())
 
 
+# Built once: Hypothesis works out a strategy's properties on first use, which a strategy built per
+# draw would pay on every example.
+_DRAFTER = hst.sampled_from([DrafterKind.NONE, DrafterKind.WITH_MODEL, DrafterKind.WITH_MODEL,
+                             DrafterKind.WITHOUT_MODEL])
+_ATTENTION_SUPPORT = hst.sampled_from(AttentionCGSupport)
+_BOOL = hst.booleans()
+_OFF_OR_ON = hst.sampled_from((False, True))
+_CUDAGRAPH_MODE = hst.sampled_from(CUDAGraphMode)
+_COMPILATION_MODE = hst.sampled_from(CompilationMode)
+_SPLITTING_OPS = hst.sampled_from(SplittingOps)
+_QUERY_LEN = hst.sampled_from((2, 3))
+_SPECULATOR = hst.sampled_from((Speculator.EAGLE, *Speculator))
+_MOSTLY_ON = hst.sampled_from((True, True, False))
+# Only the pairs that apply are drawn, a weaker draft-only backend most often: they exist only under
+# adaptive verification, so a field-by-field draw would rarely reach them.
+_ADAPTIVE_PAIRS = {
+    (adaptive, drafter, support): hst.sampled_from(pairs + [p for p in pairs if p[1]])
+    for adaptive in (False, True) for drafter in DrafterKind for support in AttentionCGSupport
+    for pairs in [adaptive_attention(adaptive, drafter, support)]
+}
+
+
+@hst.composite
+def _draw_scenario(draw) -> Scenario:
+    drafter = draw(_DRAFTER)
+    has_spec = drafter is not DrafterKind.NONE
+    with_model = drafter is DrafterKind.WITH_MODEL
+    support = draw(_ATTENTION_SUPPORT)
+    adaptive = has_spec and draw(_OFF_OR_ON)
+    bound, draft_only = draw(_ADAPTIVE_PAIRS[(adaptive, drafter, support)])
+    return Scenario(
+        runner=Runner.MRV2,
+        breakable=draw(_BOOL),
+        cudagraph_mode=draw(_CUDAGRAPH_MODE),
+        compilation_mode=draw(_COMPILATION_MODE),
+        splitting_ops=draw(_SPLITTING_OPS),
+        drafter=drafter,
+        attention_support=support,
+        uniform_decode_query_len=draw(_QUERY_LEN) if has_spec else 1,
+        speculator=draw(_SPECULATOR) if with_model else Speculator.EAGLE,
+        model_compiled=draw(_MOSTLY_ON),
+        draft_compiled=draw(_BOOL) if with_model else True,
+        adaptive_verification=adaptive,
+        extensible_kv_cache=draw(_MOSTLY_ON),
+        varlen_decode_bound=bound,
+        attention_support_draft_only=draft_only,
+    )
+
+
 def scenarios():
     """The Hypothesis strategy for MRV2 scenarios: every modelled setting, field by field."""
-
-    @hst.composite
-    def draw_scenario(draw) -> Scenario:
-        drafter = draw(hst.sampled_from([DrafterKind.NONE, DrafterKind.WITH_MODEL, DrafterKind.WITH_MODEL,
-                                         DrafterKind.WITHOUT_MODEL]))
-        has_spec = drafter is not DrafterKind.NONE
-        with_model = drafter is DrafterKind.WITH_MODEL
-        support = draw(hst.sampled_from(AttentionCGSupport))
-        adaptive = has_spec and draw(hst.sampled_from((False, True)))
-        # Only the pairs that apply are drawn, a weaker draft-only backend most often: they exist
-        # only under adaptive verification, so a field-by-field draw would rarely reach them.
-        pairs = adaptive_attention(adaptive, drafter, support)
-        bound, draft_only = draw(hst.sampled_from(pairs + [p for p in pairs if p[1]]))
-        return Scenario(
-            runner=Runner.MRV2,
-            breakable=draw(hst.booleans()),
-            cudagraph_mode=draw(hst.sampled_from(CUDAGraphMode)),
-            compilation_mode=draw(hst.sampled_from(CompilationMode)),
-            splitting_ops=draw(hst.sampled_from(SplittingOps)),
-            drafter=drafter,
-            attention_support=support,
-            uniform_decode_query_len=draw(hst.sampled_from((2, 3))) if has_spec else 1,
-            speculator=draw(hst.sampled_from((Speculator.EAGLE, *Speculator))) if with_model else Speculator.EAGLE,
-            model_compiled=draw(hst.sampled_from((True, True, False))),
-            draft_compiled=draw(hst.booleans()) if with_model else True,
-            adaptive_verification=adaptive,
-            extensible_kv_cache=draw(hst.sampled_from((True, True, False))),
-            varlen_decode_bound=bound,
-            attention_support_draft_only=draft_only,
-        )
-
-    return draw_scenario()
-
+    return _draw_scenario()
