@@ -18,6 +18,8 @@ from vllm_envs import require_python, run_env, shared_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("0.34.0", "0.33.0")
+TRACES = ROOT / "tests" / "traces"
+CONTROL = ("mrv2-0.33-l1-compiled-under-full-then-upgraded", "mrv2-0.33-multi-module-mtp-breakable-keyed-by-module")
 TIMEOUT = 900
 
 # one worker runs the module's jobs (as test_conformance.py's)
@@ -28,9 +30,11 @@ def commands(version: str, python: Path, reports: Path) -> dict[str, list]:
     conform = [python, "-m", "contract.cli", "conform", "--runner", "mrv2", "--corpus", "covering", "--json"]
     out = {"conform": [*conform, "--reports", reports / "own"]}
     if version == "0.34.0":
-        # negative control: 0.34.0's code against 0.33.0's model, over the corpus that model
-        # generates (every scenario with the extensible KV cache at its default, on).
-        out["control"] = [*conform, "--policy", policy_for("0.33.0", "mrv2"), "--reports", reports / "control"]
+        # negative control: 0.34.0's code against 0.33.0's model, on 0.33.0's committed witnesses
+        # (the extensible KV cache at its default, on); the covering run above replays the corpus.
+        out["control"] = [python, "-m", "contract.cli", "conform", "--runner", "mrv2", "--corpus", "none", "--json",
+                          *[x for t in CONTROL for x in ("--traces", TRACES / f"{t}.json")],
+                          "--policy", policy_for("0.33.0", "mrv2"), "--reports", reports / "control"]
     return out
 
 
@@ -86,18 +90,15 @@ def test_mrv2_decision_points_are_vllms_but_the_scheduled_batch(jobs, version):
 def test_the_other_releases_model_disagrees_on_named_steps(jobs):
     """0.33.0 profiles CUDA-graph memory with a throwaway capture (``33:v1/worker/gpu/model_runner.py:1069-1073``);
     0.34.0 returns first under its extensible KV cache (``34:…:1123-1125``), on by default
-    (``34:config/vllm.py:3252-3254``). Without a speculator the two releases' managers dispatch
-    alike, so only the memory-profiling steps disagree."""
+    (``34:config/vllm.py:3252-3254``). On 0.33.0's two witnesses, one with an MTP drafter, the
+    releases' managers dispatch alike, so only the memory-profiling step disagrees."""
     rc, out, err, _ = jobs("control", "0.34.0")
     assert out.strip(), err[-2000:]
     data = json.loads(out)
-    assert data["policy"] == "mrv2_0_33"
+    assert data["policy"] == "mrv2_0_33" and data["trace_files"] == len(CONTROL)
     assert rc == 1 and data["agreeing_steps"] < data["steps"]
     named = {(d["name"], x["step"], x["event"]) for d in data["disagreements"] for x in d.get("disagreements", [])}
-    assert ("mrv2-covering-0000", 2, "profile_cudagraph_memory") in named, sorted(named)[:5]
-    # With a speculator the releases also differ in the draft managers' descriptors (0.34's draft
-    # decode request grid and varlen draft prefill), so other events may disagree there too.
-    assert "profile_cudagraph_memory" in {event for _, _, event in named}
+    assert named == {(t, 2, "profile_cudagraph_memory") for t in CONTROL}, sorted(named)
 
 
 def test_0_34_profiles_only_with_the_extensible_kv_cache_off(tmp_path):

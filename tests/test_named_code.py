@@ -100,9 +100,9 @@ POLICIES = {
     "a fork inside load_model": ("import os\nfrom contract.runners.mrv1.model.policies.vllm_0_30 import load_model as "
                                  "lm\ndef load_model(ctx):\n    os.fork()\n    return lm(ctx)\n",
                                  "load_model forked a process"),
-    "while True at import": ("while True:\n    pass\n", "did not finish within 5 s"),
+    "while True at import": ("while True:\n    pass\n", "did not finish within 3 s"),
     "while True inside load_model": ("def load_model(ctx):\n    while True:\n        pass\n",
-                                     "did not finish within 5 s"),
+                                     "did not finish within 3 s"),
     "load_model returns None": ("def load_model(ctx):\n    return None\n", "returned None, not Stacks"),
     "load_model returns a string": ("def load_model(ctx):\n    return 'CUDAGraphWrapper(FULL)'\n",
                                     "returned a str, not Stacks"),
@@ -136,7 +136,7 @@ def test_a_policy_file_is_one_line_and_exit_2(name, tmp_path):
     text, needle = POLICIES[name]
     marker = tmp_path.parent / f"{tmp_path.name}-{MARKER}"  # outside the folder compared
     path = policy(tmp_path, "bad.py", text.replace("{marker!r}", repr(str(marker))))
-    ran = refused(tmp_path, ["verify", "--policy", path, "--out", old_out(tmp_path), "--timeout", "5"], needle)
+    ran = refused(tmp_path, ["verify", "--policy", path, "--out", old_out(tmp_path), "--timeout", "3"], needle)
     assert f"policy file {path}" in ran.error and MUST in ran.error
     assert ran.out == ""  # nothing the file printed reached the tool's stdout
     if "fork" in name and "import" in name:
@@ -274,8 +274,8 @@ FOREVER = "while True: pass"
 TREE_CASES = {
     "verify: block with os._exit(0)": (lambda t: ["verify", "--vllm-src", mrv1_tree(t, EXIT_0), "--out", old_out(t)],
                                        "exited with status 0 before reporting a result"),
-    "verify: block with while True": (lambda t: ["verify", "--vllm-src", mrv1_tree(t, FOREVER), "--timeout", "5"],
-                                      "did not finish within 5 s"),
+    "verify: block with while True": (lambda t: ["verify", "--vllm-src", mrv1_tree(t, FOREVER), "--timeout", "3"],
+                                      "did not finish within 3 s"),
     "verify: block that forks": (lambda t: ["verify", "--vllm-src", mrv1_tree(t, "__import__('os').fork()")],
                                  "forked a process"),
     "conform: block with os._exit(0)": (
@@ -288,8 +288,8 @@ TREE_CASES = {
         lambda t: ["verify", "--vllm-src", mrv2_tree(t, f"{EXIT_0} or True"), "--base", "mrv2_0_34"],
         "exited with status 0 before reporting a result"),
     "verify: MRV2 rule that never ends": (
-        lambda t: ["verify", "--vllm-src", mrv2_tree(t, "any(iter(int, 1))"), "--base", "mrv2_0_34", "--timeout", "5"],
-        "did not finish within 5 s"),
+        lambda t: ["verify", "--vllm-src", mrv2_tree(t, "any(iter(int, 1))"), "--base", "mrv2_0_34", "--timeout", "3"],
+        "did not finish within 3 s"),
     "verify: MRV2 rule that raises": (
         lambda t: ["verify", "--vllm-src", mrv2_tree(t, "1 / 0"), "--base", "mrv2_0_34"],
         "use_breakable_cg = ... raised ZeroDivisionError"),
@@ -327,7 +327,7 @@ def test_conform_under_an_interpreter_that_exits_0_is_no_pass(tmp_path):
 def test_conform_under_an_interpreter_that_hangs_stops_at_the_timeout(tmp_path):
     python = fake_python(tmp_path, "exec sleep 600\n")
     refused(tmp_path, ["conform", "--vllm", python, "--traces", TRACE, "--reports", old_out(tmp_path),
-                       "--timeout", "5"], "did not finish within 5 s")
+                       "--timeout", "2"], "did not finish within 2 s")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])

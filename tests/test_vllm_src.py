@@ -78,6 +78,16 @@ def test_installed_release_is_recognised(version, policy):
     assert policy in json.loads(result.output[result.output.index("{"):])
 
 
+def test_unedited_copy_exits_0_with_nothing_new(tmp_path):
+    """A copy of the release's files, not recognised as the release itself, is compared with it
+    (``--base auto``) and adds nothing."""
+    tree = copy_tree(installed("0.30.0"), tmp_path / "same")
+    result = verify("--vllm-src", tree, "--profile", "dev", "--seed", "0")
+    assert result.exit_code == 0, result.output
+    assert "base auto: vLLM 0.30.0" in result.output
+    assert "nothing new" in result.output
+
+
 def test_elif_restored_is_unknown_and_caught(tmp_path):
     tree = copy_tree(installed("0.30.0"), tmp_path / "elif-branch")
     path = tree / "vllm" / mrv1_branch.RUNNER_FILE
@@ -96,6 +106,10 @@ def test_elif_restored_is_unknown_and_caught(tmp_path):
     assert "not a release's rules, run as a policy (branch@elif-branch)" in result.output
     verdicts = json.loads(result.output[result.output.index("{"):])["branch@elif-branch"]
     assert not verdicts["P1"]["holds"]
+    # compared with the release it starts from (--base auto), it names what it adds
+    differential = verdicts["differential"]
+    assert differential["base_chosen"].startswith("base auto: vLLM 0.30.0 (Model Runner V1, policy vllm_0_30)")
+    assert [c["title"] for c in differential["new"]] == ["P1 target FULL: no capturer, under breakable on"]
 
 
 @pytest.mark.parametrize("version, policy", [("0.30.0", "vllm_0_30")])
