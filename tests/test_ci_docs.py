@@ -20,7 +20,8 @@ from contract.real.installed import installed_releases, release
 from contract.runners.mrv1 import branch as mrv1_branch
 from contract.cli import app
 from contract.plugin import pytest_addoption
-from test_vllm_src import SECOND_IF, copy_tree, installed
+from test_vllm_src import SECOND_IF, copy_tree
+from vllm_envs import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = (ROOT / ".pre-commit-hooks.yaml").read_text()

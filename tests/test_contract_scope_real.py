@@ -21,7 +21,7 @@ from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
 from contract.core.trace import record
 from contract.families import load_policy, policy_for
 from contract.real import corpus
-from vllm_envs import per_kind, require_python
+from vllm_envs import installed, per_kind, require_python
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 900
@@ -116,11 +116,9 @@ def test_adaptive_verification_on_vllms_own_code(tmp_path, version):
 # -- conform --vllm-src --base: an edited tree's new P7 class and lost graphs -----------------------
 
 def _edited(tmp_path: Path, version: str, rel: str, old: str, new: str) -> Path:
-    require_python(version)
-    installed = next((ROOT / f".venv-vllm-{version}" / "lib").glob("python3*/site-packages/vllm"))
     tree = tmp_path / "tree"
     tree.mkdir(parents=True)
-    subprocess.run(["cp", "-as", str(installed.resolve()), str(tree / "vllm")], check=True, capture_output=True)
+    subprocess.run(["cp", "-as", str(installed(version).resolve()), str(tree / "vllm")], check=True, capture_output=True)
     target = tree / "vllm" / rel
     text = target.read_text()
     assert text.count(old) == 1, old

@@ -10,13 +10,12 @@ re-read and its digest recorded. The guard is shown to fail on a changed stateme
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from contract.real.decisions import MIRRORED, Log, owner, share, tracked
+from vllm_envs import release_source
 
 ROOT = Path(__file__).resolve().parents[1]
 # (mirrored point, release) for every release whose digest is recorded: MRV1's to 0.30.0, MRV2's
@@ -28,22 +27,10 @@ def _id(m) -> str:
     return f"{m.runner}:{m.point}:{m.method}"
 
 
-def vllm_package(version: str) -> Path:
-    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
-    if not python.exists():
-        message = f".venv-vllm-{version} is missing: make .venv-vllm-{version}/.complete"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    out = subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
-                         capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip()).parent
-
-
 @pytest.mark.parametrize(("mirrored", "version"), CASES,
                          ids=[f"{_id(m)}-{version}" for m, version in CASES])
 def test_mirrored_statements_are_the_releases(mirrored, version):
-    package = vllm_package(version)
+    package = release_source(version)
     assert mirrored.nodes((package / mirrored.path).read_text(encoding="utf-8")), "mirrored statements not found"
     assert mirrored.digest(package) == mirrored.digests[version], (
         f"vLLM {version} changed what `{mirrored.point}` mirrors ({mirrored.class_name or '<module>'}.{mirrored.method} in "
@@ -55,7 +42,7 @@ def test_mirrored_statements_are_the_releases(mirrored, version):
 def test_guard_fails_when_a_mirrored_statement_changes(mirrored, tmp_path):
     """A renamed argument (keyword, or positional name) in one mirrored call changes the digest."""
     release = max(mirrored.digests)
-    package = vllm_package(release)
+    package = release_source(release)
     source = (package / mirrored.path).read_text(encoding="utf-8")
     call = next(n for node in mirrored.nodes(source) for n in ast.walk(node) if isinstance(n, ast.Call)
                 and (n.keywords or any(isinstance(a, ast.Name) for a in n.args)))

@@ -14,7 +14,7 @@ import pytest
 
 from contract.evidence import model_facts, reach, repro_check
 from contract.evidence.release_facts import support_by_capability
-from vllm_envs import per_kind, require
+from vllm_envs import per_kind, release_source, require
 
 # One worker runs the module, so each release's child process runs once for its four tests.
 pytestmark = pytest.mark.xdist_group("engine-check")
@@ -70,7 +70,7 @@ def test_committed_support_by_gpu_is_the_release_code(release):
 @pytest.mark.conformance
 @pytest.mark.parametrize("release", RELEASES)
 def test_committed_model_facts_are_the_release_source(release):
-    root = next((require(release) / "lib").glob("python3*/site-packages/vllm"))
+    root = release_source(release)
     used = {c.architecture for c in reach.checkpoints().values()} | {"Glm4MoeMTPModel", "DeepSeekMTPModel"}
     facts = model_facts.read(release, root, used)
     stored = model_facts.committed()[release]

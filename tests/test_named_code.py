@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from contract.runners.mrv1 import branch as mrv1_branch
+from vllm_envs import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "tests" / "traces" / "v030-nested-full-over-breakable.json"
@@ -231,16 +232,6 @@ def test_a_killed_command_takes_the_policy_files_child(tmp_path, sig):
 
 
 # -- a vLLM tree's rules ---------------------------------------------------------------------------
-
-def installed(version: str) -> Path:
-    found = sorted((ROOT / f".venv-vllm-{version}" / "lib").glob("python3*/site-packages/vllm"))
-    if not found:
-        message = f".venv-vllm-{version} is missing: make it with conformance-env/make-env.sh {version}"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found[0]
-
 
 def mrv1_tree(folder: Path, statement: str) -> Path:
     """0.30.0's files with ``statement`` put first in ``load_model``'s wrapping block."""

@@ -14,7 +14,8 @@ from contract.core.explore import DEFAULT_DEPTH, explore
 from contract.families import BY_NAME, mutant_policy
 from contract.families import BUILT_IN, by_runner, load_policy
 from explored import GROUP, explored
-from test_vllm_src import SECOND_IF, copy_tree, installed
+from test_vllm_src import SECOND_IF, copy_tree
+from vllm_envs import installed
 
 pytestmark = GROUP
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from contract.families import load_policy
 from contract.core.scenario import DrafterKind, Scenario, SplittingOps
 from contract.runners.mrv1.model.space import canonical_scenarios_of
 from contract.core.trace import load
-from vllm_envs import per_kind, require, run_env
+from vllm_envs import per_kind, release_source, require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTS = committed()
@@ -79,8 +79,7 @@ def test_resolve_log_lines_follow_the_branch_taken():
 @pytest.mark.conformance
 @pytest.mark.parametrize("release", INSTALLED)
 def test_committed_facts_match_the_installed_source(release):
-    root = next((require(release) / "lib").glob("python3*/site-packages/vllm"))
-    assert read(release, root) == FACTS[release]
+    assert read(release, release_source(release)) == FACTS[release]
 
 
 # In the release's venv: every canonical MRV1 scenario's command through vLLM's EngineArgs parser,

@@ -1,11 +1,10 @@
 """``verify --vllm-src``: a vLLM tree's own ``load_model`` wrapping block, recognised or run as a policy.
 
-The trees are the installed releases of ``.venv-vllm-*`` (made by ``make test``); without them the
-tests skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
+The trees are the releases' sources (``.venv-vllm-*``, or ``.vllm-src/`` for a release ``make test``
+reads but does not run); without them the tests skip, or fail when ``CONTRACT_REQUIRE_VLLM=1``.
 """
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from contract.core.explore import explore
 from contract.families import load_policy
 from contract.core.properties import PROPERTIES
 from contract.core.scenario import ConfigRevision
-from vllm_envs import per_kind
+from vllm_envs import per_kind, release_source
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDED = mrv1_branch.FILES
@@ -29,16 +28,6 @@ NEEDED = mrv1_branch.FILES
 # breakable branch; `elif` puts back 0.29.0's "breakable replaces the FULL wrapper".
 SECOND_IF = "\n        if (\n            cudagraph_mode.has_full_cudagraphs()"
 runner = CliRunner()
-
-
-def installed(version: str) -> Path:
-    found = sorted((ROOT / f".venv-vllm-{version}" / "lib").glob("python3*/site-packages/vllm"))
-    if not found:
-        message = f".venv-vllm-{version} is missing: make it with make .venv-vllm-{version}/.complete"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found[0]
 
 
 def copy_tree(pkg: Path, dest: Path, files=NEEDED) -> Path:
@@ -63,14 +52,14 @@ RECOGNISED = [("0.30.0", "vllm_0_30"), ("0.29.0", "vllm_0_29")]
 
 @pytest.mark.parametrize("version, policy", RECOGNISED)
 def test_installed_release_reads_as_its_rules(version, policy):
-    found = branch.load(installed(version))
+    found = branch.load(release_source(version))
     assert (found.release, found.policy.name) == (version, policy)
 
 
 # verify on 0.29.0's tree under make evidence: the same path as 0.30.0's, with the other rules
 @pytest.mark.parametrize("version, policy", per_kind(RECOGNISED, {RECOGNISED[0]}))
 def test_installed_release_is_recognised(version, policy):
-    pkg = installed(version)
+    pkg = release_source(version)
     result = verify("--vllm-src", pkg, "--json")
     assert result.exit_code == 0, result.output
     assert f"the rules of vLLM {version}" in result.output
@@ -81,7 +70,7 @@ def test_installed_release_is_recognised(version, policy):
 def test_unedited_copy_exits_0_with_nothing_new(tmp_path):
     """A copy of the release's files, not recognised as the release itself, is compared with it
     (``--base auto``) and adds nothing."""
-    tree = copy_tree(installed("0.30.0"), tmp_path / "same")
+    tree = copy_tree(release_source("0.30.0"), tmp_path / "same")
     result = verify("--vllm-src", tree, "--profile", "dev", "--seed", "0")
     assert result.exit_code == 0, result.output
     assert "base auto: vLLM 0.30.0" in result.output
@@ -89,7 +78,7 @@ def test_unedited_copy_exits_0_with_nothing_new(tmp_path):
 
 
 def test_elif_restored_is_unknown_and_caught(tmp_path):
-    tree = copy_tree(installed("0.30.0"), tmp_path / "elif-branch")
+    tree = copy_tree(release_source("0.30.0"), tmp_path / "elif-branch")
     path = tree / "vllm" / mrv1_branch.RUNNER_FILE
     source = path.read_text()
     assert source.count(SECOND_IF) == 1
@@ -114,7 +103,7 @@ def test_elif_restored_is_unknown_and_caught(tmp_path):
 
 @pytest.mark.parametrize("version, policy", [("0.30.0", "vllm_0_30")])
 def test_block_run_as_a_policy_matches_the_built_in(version, policy):
-    found = branch.load(installed(version), as_policy=True)
+    found = branch.load(release_source(version), as_policy=True)
     assert found.release is None and found.policy.config_revision is ConfigRevision.V0_30
     mine, built_in = explore(found.policy), explore(load_policy(policy))
     assert (mine.states, mine.transitions) == (built_in.states, built_in.transitions)
@@ -127,7 +116,7 @@ def test_block_run_as_a_policy_matches_the_built_in(version, policy):
 
 def test_0_29_block_reads_as_0_29(tmp_path):
     """0.29.0's classes: no runtime_mode on the breakable wrapper, unwrap() does not recurse."""
-    pkg = installed("0.29.0")
+    pkg = release_source("0.29.0")
     found = branch.load(pkg, as_policy=True)
     assert found.policy.config_revision is ConfigRevision.V0_29
     ctx = LoadContext(CUDAGraphMode.FULL, True, False, RawModel(), RawModel("drafter.model"))
@@ -142,8 +131,8 @@ def test_tree_with_neither_runner(tmp_path):
 
 def test_call_the_branch_class_refuses(tmp_path):
     """0.30.0's block (runtime_mode=PIECEWISE) on 0.29.0's breakable class is refused up front."""
-    tree = copy_tree(installed("0.30.0"), tmp_path / "mixed")
-    shutil.copy(installed("0.29.0") / mrv1_branch.BREAKABLE_FILE, tree / "vllm" / mrv1_branch.BREAKABLE_FILE)
+    tree = copy_tree(release_source("0.30.0"), tmp_path / "mixed")
+    shutil.copy(release_source("0.29.0") / mrv1_branch.BREAKABLE_FILE, tree / "vllm" / mrv1_branch.BREAKABLE_FILE)
     path = tree / "vllm" / mrv1_branch.RUNNER_FILE
     path.write_text(path.read_text().replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
     one_line_error(verify("--vllm-src", tree), "does not match the branch's class")

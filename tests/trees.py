@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_envs import require
+from vllm_envs import installed
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,6 @@ EDITS: dict[tuple[str, str], Edit] = {
         "            if True:\n                msg += \"; setting cudagraph_mode=FULL_AND_PIECEWISE\"",
         "resolve upgrades FULL to FULL_AND_PIECEWISE with attention not in the splitting ops"),
 }
-
-
-def installed(release: str) -> Path:
-    return next(require(release).glob("lib/python*/site-packages/vllm"))
 
 
 def copy(release: str, dest: Path) -> Path:

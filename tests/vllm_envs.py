@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.evidence import since
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,6 +22,24 @@ def require(release: str) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return venv
+
+
+def installed(release: str) -> Path:
+    """The ``vllm`` package of the release's venv, for a test that runs it."""
+    return next(require(release).glob("lib/python*/site-packages/vllm"))
+
+
+def release_source(release: str) -> Path:
+    """The release's ``vllm`` source, for a test that only reads it: its venv's package, or
+    ``$CONTRACT_VLLM_SOURCES/<release>/vllm`` (``make test`` unpacks the releases it reads but does not
+    run); skipped without either, failed when ``CONTRACT_REQUIRE_VLLM=1``."""
+    found = since.sources(ROOT).get(release)
+    if found is None:
+        message = f"no source for vLLM {release}: make .venv-vllm-{release}/.complete or set {since.ENV}"
+        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
 
 
 def run_env(**extra: str) -> dict:
