@@ -21,9 +21,8 @@ import pytest
 import trees
 from contract.core.modes import CUDAGraphMode, AttentionCGSupport
 from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
-from contract.core.trace import record
 from contract.families import load_policy, policy_for
-from contract.real.corpus import runnable_events
+from contract.real.corpus import runnable_trace
 from vllm_envs import per_kind, require
 
 pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("branch-review")]
@@ -73,7 +72,7 @@ def runs(tmp_path_factory, request):
         policy = load_policy(policy_for(release, "mrv2"))
         for area, (scenario, _) in WITNESS.items():
             trace = work / f"{release}-{area}.json"
-            trace.write_text(record(scenario, policy, runnable_events(scenario, policy), name=f"reaches-{area}").dumps())
+            trace.write_text(runnable_trace(scenario, policy, f"reaches-{area}").dumps())
             tree = trees.edited(release, area, work / f"{release}-{area}")
             jobs[(release, area, "conform")] = ("conform", "--vllm-src", tree, "--base", release, "--traces", trace,
                                                 "--reports", work / f"report-{release}-{area}")

@@ -18,7 +18,6 @@ from contract.core.halts import ADAPTIVE_PROFILE_ERROR, ADAPTIVE_REJECTED
 from contract.core.modes import FULL, AttentionCGSupport as S
 from contract.core.output import write_atomic
 from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
-from contract.core.trace import record
 from contract.families import load_policy, policy_for
 from contract.real import corpus
 from vllm_envs import installed, per_kind, require_python
@@ -51,7 +50,7 @@ def _traces(folder: Path, version: str) -> dict[str, Path]:
     out = {}
     for name, (scenario, where) in CASES.items():
         if version in where:
-            trace = record(scenario, policy, corpus.runnable_events(scenario, policy), name=name)
+            trace = corpus.runnable_trace(scenario, policy, name)
             out[name] = folder / f"{name}.json"
             write_atomic(out[name], trace.dumps())
     return out
@@ -140,7 +139,7 @@ def _branch(tree: Path, base: str, traces: Path, reports: Path, *extra: str) -> 
 def _trace_folder(folder: Path, version: str, scenarios: dict[str, Scenario]) -> Path:
     policy = load_policy(policy_for(version, "mrv2"))
     for name, scenario in scenarios.items():
-        trace = record(scenario, policy, corpus.runnable_events(scenario, policy), name=name)
+        trace = corpus.runnable_trace(scenario, policy, name)
         write_atomic(folder / f"{name}.json", trace.dumps())
     return folder
 

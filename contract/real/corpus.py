@@ -50,9 +50,6 @@ def runnable_trace(scenario: Scenario, policy: Policy, name: str = "", origin: d
     return record_runnable(scenario, policy, script(scenario), name=name, origin=origin)
 
 
-def runnable_events(scenario: Scenario, policy: Policy) -> list:
-    return runnable_trace(scenario, policy).events
-
 
 def cells(trace: Trace) -> set[tuple]:
     s = trace.scenario
