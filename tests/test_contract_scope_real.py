@@ -166,6 +166,7 @@ UPGRADE = '''            if self.splitting_ops_contain_attention():
                 msg += "; setting cudagraph_mode=FULL_AND_PIECEWISE"'''
 
 
+@pytest.mark.evidence
 def test_a_0_33_resolve_without_the_upgrade_loses_graphs(tmp_path):
     """Resolve's FULL -> FULL_AND_PIECEWISE upgrade removed: under FULL with a UNIFORM_BATCH backend and
     the breakable runner, mixed batches the release served with PIECEWISE graphs run eagerly under

@@ -294,6 +294,7 @@ def test_since_finds_the_first_release_of_a_form_and_the_forms_around_it(tmp_pat
 
 
 @pytest.mark.conformance
+@pytest.mark.evidence
 def test_the_p4_witness_on_vllm_0_30_names_the_drafter_condition_and_the_guard(tmp_path):
     """On 0.30.0's code: the capture guard's raise, and ``_dummy_run``'s ``use_cudagraphs``
     condition, False in every capture of the witness, True in the neighbour's PIECEWISE captures."""

@@ -2,7 +2,7 @@
 permalinks at that release's tag, with line ranges read from the installed release's source.
 
 The rendering is checked on conformance data built here; the end-to-end check replays a report's
-witness on vLLM 0.30.0 (skipped without ``.venv-vllm-0.30.0``, failed with
+witness on vLLM 0.30.0 (``make evidence``; skipped without ``.venv-vllm-0.30.0``, failed with
 ``CONTRACT_REQUIRE_VLLM=1``) and checks every permalink the page then shows against that release's
 source.
 """
@@ -16,6 +16,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from contract.real.decisions import CONFIG_STEP, HARNESS, VLLM, where
 from contract.evidence import decision_lines, matrix
@@ -146,6 +148,7 @@ def check_permalinks(text: str, packages: dict[str, Path]) -> int:
     return checked
 
 
+@pytest.mark.evidence
 def test_a_replayed_witness_page_cites_the_release_source(tmp_path):
     """Replay ``reports/vllm_0_30/P4.json`` on vLLM 0.30.0, then render its section from that run."""
     venv = require("0.30.0")

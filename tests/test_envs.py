@@ -159,6 +159,20 @@ def test_a_release_without_its_shared_environment_cannot_start(tmp_path, capsys)
     assert code == 2 and len(lines) == 1 and f"creating {tmp_path / 'b'} failed" in lines[0], err
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["0.34", "--dir", "{tmp}/r"], "VERSION must be 'base' or look like 0.30.0"),
+    (["base", "--dir", "{tmp}/b", "--python", "{tmp}/no-python"], "creating {tmp}/b failed"),
+])
+def test_the_makefiles_entry_needs_the_standard_library_alone(tmp_path, argv, needle):
+    """``python -m contract.real.envs``, which make test runs before .venv exists: under ``-S`` (no
+    site-packages) a bad version or a failing step is one line and exit 2."""
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    done = subprocess.run([sys.executable, "-S", "-m", "contract.real.envs", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and len(lines) == 1 and needle.format(tmp=tmp_path) in lines[0], done.stderr
+
+
 def test_the_constraints_ship_in_the_package_and_the_tools_are_the_ci_pins():
     assert envs.CONSTRAINTS.is_file() and envs.CONSTRAINTS.parent.name == "real"
     pins = [line.split("#")[0].strip() for line in envs.CONSTRAINTS.read_text().splitlines()]

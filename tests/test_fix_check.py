@@ -19,7 +19,7 @@ from vllm_envs import per_kind, require, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXES = sorted(p.parent for p in (ROOT / "fixes").glob("*/fix.json"))
-# make test checks one accepted fix (MRV2, the newest runner) and the rejected wrong fix below; the
+# make test checks one accepted fix (MRV2, the newest runner); the rejected wrong fix below (0.33.0) and the
 # other shipped verdicts run under -m evidence (make evidence) and are recorded by make fixes.
 CHECKED = "mrv2-adaptive-verification-assert"
 
@@ -83,6 +83,7 @@ def test_every_crash_has_a_fix_accepted_wherever_it_could_be_checked():
 
 
 @pytest.mark.conformance
+@pytest.mark.evidence
 def test_a_fix_that_removes_the_graphs_is_rejected(tmp_path):
     folder = ROOT / "fixes" / "mrv1-drafter-capture-after-capture-model"
     wrong = folder / json.loads((folder / "fix.json").read_text())["wrong_fixes"]["0.33.0"]

@@ -3,7 +3,8 @@
 ``--device cpu-sim`` on the regression traces inside ``.venv-vllm-0.30.0`` (skipped without it,
 failed when ``CONTRACT_REQUIRE_VLLM=1``) must agree on every step and write its result to ``--out``;
 ``--device cuda`` without CUDA must exit 2 with one line; and the bundle path: pack, carry the
-tree, run with a Python that has only the GPU machine's packages and sees a GPU host.
+tree, run with a Python that has only the GPU machine's packages and sees a GPU host. The runs on
+vLLM are ``make evidence``'s, which CI runs after ``make test``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.evidence
 def test_cpu_sim_run_agrees_and_writes_its_result_outside_reports(tmp_path):
     done = run(["--device", "cpu-sim", "--traces", str(ROOT / "tests" / "traces"), "--corpus", "none", "--out",
                 str(tmp_path)], tmp_path)  # the corpus is replayed by test_conformance*.py
@@ -52,6 +54,7 @@ def test_cpu_sim_refuses_to_write_to_reports_gpu(tmp_path):
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.evidence
 def test_cuda_without_cuda_exits_2_with_one_line(tmp_path):
     python = venv_python()
     if subprocess.run([str(python), "-c", "import torch, sys; sys.exit(torch.cuda.is_available())"]).returncode:
@@ -140,9 +143,8 @@ def carried(tmp_path_factory):
 
 
 @pytest.mark.xdist_group("gpu-bundle")
-# make test runs the MRV2 release from the bundle; the MRV1 one (whose traces the CPU run above
-# replays with the same script) under -m evidence
-@pytest.mark.parametrize("version", per_kind(("0.30.0", "0.34.0"), {"0.34.0"}))
+# make evidence's (CI runs it after make test), as the cpu-sim runs above
+@pytest.mark.parametrize("version", per_kind(RELEASES, set()))
 def test_the_bundle_alone_runs_the_replay_on_a_gpu_like_python(carried, version):
     """Pack, carry the tree and the bundle, run with a Python that has no vLLM and sees a GPU host:
     the release's runner replays (0.30.0: MRV1, 0.34.0: MRV2), every step agrees, and the result

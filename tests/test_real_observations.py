@@ -53,6 +53,7 @@ def _trees(tmp_path):
 
 
 @pytest.mark.conformance
+@pytest.mark.evidence
 def test_conform_base_reports_the_new_classes_from_vllms_own_code(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a branch replay's report folder goes into the working folder
     edited, same = _trees(tmp_path)

@@ -217,3 +217,29 @@ def make(version: str, dest: Path, base: Path | None = None, python: str | None 
     if not (base / "bin" / "python").exists() or not (base / COMPLETE).exists():
         lines.append(make_base(base, python, say))
     return lines + [make_release(version, dest, base, say)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m contract.real.envs VERSION|base --dir PATH [--base PATH] [--python PATH]``: what
+    ``cudagraph-contract env make`` does, with the standard library alone, so that a checkout's
+    ``make test`` starts the shared environment before the project's own ``.venv`` is ready."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m contract.real.envs")
+    parser.add_argument("version", metavar="VERSION|base")
+    parser.add_argument("--dir", required=True, type=Path)
+    parser.add_argument("--base", type=Path)
+    parser.add_argument("--python")
+    args = parser.parse_args(argv)
+    try:
+        lines = make(args.version, args.dir, args.base, args.python,
+                     say=lambda line: print(f"{line} ...", file=sys.stderr, flush=True))
+    except EnvProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
