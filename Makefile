@@ -4,11 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 VLLM_VERSIONS := 0.29.0 0.30.0 0.33.0 0.34.0
 VLLM_ENVS := $(foreach v,$(VLLM_VERSIONS),.venv-vllm-$(v)/.complete)
-# The releases make test runs: vLLM's code of the newest (0.34.0, Model Runner V2), and 0.30.0 (V1) for
-# the command-line paths whose tests use its trees; the other releases' runs are make evidence's.
-TEST_ENVS := $(foreach v,0.30.0 0.34.0,.venv-vllm-$(v)/.complete)
+# make test runs vLLM's code of the newest release alone (0.34.0, Model Runner V2); the other releases'
+# runs are make evidence's.
+TEST_ENVS := .venv-vllm-0.34.0/.complete
 # Releases the pages cite but make test does not run: their Python source only (scripts/vllm_source.py).
-SOURCE_VERSIONS := 0.28.0 0.29.0 0.31.0 0.32.0 0.33.0
+SOURCE_VERSIONS := 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0
 SOURCES := .vllm-src
 VLLM_SOURCES := $(foreach v,$(SOURCE_VERSIONS),$(SOURCES)/$(v)/vllm)
 
@@ -44,17 +44,17 @@ vllm-envs: .venv-vllm/.complete
 $(SOURCES)/%/vllm: | $(VENV)/.installed
 	$(VENV)/bin/python scripts/vllm_source.py $* $(SOURCES)
 
-# The environments and the lowest-version run side by side: downloading and unpacking leave a core
-# to the lowest-version tests.
+# The environments side by side (.venv-vllm beside .venv: contract/real/envs.py needs the standard library alone).
 test:
-	$(MAKE) -j4 -Otarget $(VENV)/.installed $(TEST_ENVS) $(VLLM_SOURCES) test-lowest
+	$(MAKE) -j4 -Otarget $(VENV)/.installed $(TEST_ENVS) $(VLLM_SOURCES)
 	$(VENV)/bin/python -m compileall -q contract tests  # read by each of the suite's few hundred processes
 	CONTRACT_REQUIRE_VLLM=1 CONTRACT_VLLM_SOURCES=$(CURDIR)/$(SOURCES) $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m "not campaign and not evidence"
 
 # CI runs it after make test: the older releases' runs (0.29.0, 0.30.0's Model Runner V1 replays, 0.33.0),
-# every shipped fix's verdict, every branch-review edit and the MRV1 GPU bundle, as `pytest -m evidence`
-# (docs/measurements.md).
-evidence: $(VENV)/.installed vllm-envs
+# every shipped fix's verdict, every branch-review edit and the GPU bundles, as `pytest -m evidence`, with
+# the lowest-version run beside the environments (docs/measurements.md).
+evidence: $(VENV)/.installed
+	$(MAKE) -j4 -Otarget vllm-envs test-lowest
 	CONTRACT_REQUIRE_VLLM=1 CONTRACT_VLLM_SOURCES=$(CURDIR)/$(SOURCES) $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m evidence
 
 # The lowest versions pyproject.toml allows (ci-lowest.txt, installed --no-deps), and the command-line

@@ -39,9 +39,9 @@ WITNESS = {
 }
 
 
-# make test replays every area on 0.34.0 (the newest release, main), and runs verify on one edit it
-# reads and one it does not; 0.33.0's trees and the other pairs run under -m evidence (make evidence).
-CONFORMED = {("0.34.0", area) for area in WITNESS}
+# make test replays, on 0.34.0 (the newest release, main), an edit verify reads and one it does not, and
+# runs verify on both; 0.33.0's trees and the other pairs are make evidence's, which CI runs after make test.
+CONFORMED = {("0.34.0", "model_runner"), ("0.34.0", "cudagraph_utils")}
 VERIFIED = {("0.34.0", "model_runner"), ("0.34.0", "cudagraph_utils")}
 PAIRS = [(release, area) for release in RELEASES for area in WITNESS]
 

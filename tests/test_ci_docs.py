@@ -20,8 +20,8 @@ from contract.real.installed import installed_releases, release
 from contract.runners.mrv1 import branch as mrv1_branch
 from contract.cli import app
 from contract.plugin import pytest_addoption
-from test_vllm_src import SECOND_IF, copy_tree
-from vllm_envs import installed
+from test_vllm_src import NEEDED, SECOND_IF, copy_tree
+from vllm_envs import release_source
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = (ROOT / ".pre-commit-hooks.yaml").read_text()
@@ -161,7 +161,8 @@ def test_the_workflow_is_bounded_read_only_and_checks_mrv2():
 def test_hook_entry_blocks_a_tree_that_adds_a_class(tmp_path, monkeypatch):
     argv = shlex.split(_field("entry"))
     assert argv[0] == "cudagraph-contract"
-    tree = copy_tree(installed("0.30.0"), tmp_path / "elif-branch")
+    # with its _version.py, as a checkout has: without a release environment, base auto takes that release
+    tree = copy_tree(release_source("0.30.0"), tmp_path / "elif-branch", files=(*NEEDED, "_version.py"))
     path = tree / "vllm" / mrv1_branch.RUNNER_FILE
     path.write_text(path.read_text().replace(SECOND_IF, SECOND_IF.replace("if (", "elif (")))
     monkeypatch.chdir(tree)

@@ -32,8 +32,8 @@ def venv_python(version: str = "0.30.0") -> Path:
     return python
 
 
-def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHON=str(venv_python()))
+def run(args: list[str], tmp_path: Path, version: str = "0.30.0") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHON=str(venv_python(version)))
     env.pop("OUT", None)
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
 
@@ -50,7 +50,7 @@ def test_cpu_sim_run_agrees_and_writes_its_result_outside_reports(tmp_path):
 
 
 def test_cpu_sim_refuses_to_write_to_reports_gpu(tmp_path):
-    done = run(["--device", "cpu-sim"], tmp_path)
+    done = run(["--device", "cpu-sim"], tmp_path, "0.34.0")  # refused before any replay
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
 
 

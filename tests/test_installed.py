@@ -16,7 +16,7 @@ import pytest
 from vllm_envs import require
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT / "tests" / "traces" / "v030-nested-full-over-breakable.json"
+TRACE = ROOT / "tests" / "traces" / "mrv2-0.34-l1-compiled-under-full-then-upgraded.json"
 BUILT = ("pyproject.toml", "README.md", "contract", "models")  # what the wheel is built from
 
 # one worker builds the venv (pytest-xdist: a module fixture is made once per worker that runs the module)
@@ -26,7 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.conformance, pytest.mark.xdist_group
 @pytest.fixture(scope="module")
 def user(tmp_path_factory):
     """A venv with the wheel installed, and a runner of its commands from an empty folder."""
-    require("0.30.0")
     require("0.34.0")
     base = tmp_path_factory.mktemp("installed")
     src = base / "src"
@@ -85,18 +84,18 @@ def test_verify_a_built_in_policy(user):
 
 def test_env_list_finds_the_checkouts_environments_through_the_override(user):
     done = user("env", "list", envs=True)
-    assert done.returncode == 0 and f"{ROOT / '.venv-vllm-0.30.0'}" in done.stdout, done.stdout
-    assert user("env", "path", "0.30.0", envs=True).stdout.strip() == str(ROOT / ".venv-vllm-0.30.0" / "bin" / "python")
-    missing = user("env", "path", "0.30.0")  # without the override: not in the (empty) cache
-    assert missing.returncode == 2 and "cudagraph-contract env make 0.30.0" in missing.stderr
+    assert done.returncode == 0 and f"{ROOT / '.venv-vllm-0.34.0'}" in done.stdout, done.stdout
+    assert user("env", "path", "0.34.0", envs=True).stdout.strip() == str(ROOT / ".venv-vllm-0.34.0" / "bin" / "python")
+    missing = user("env", "path", "0.34.0")  # without the override: not in the (empty) cache
+    assert missing.returncode == 2 and "cudagraph-contract env make 0.34.0" in missing.stderr
 
 
 def test_conform_a_trace_on_a_release(user):
     reports = user.base / "reports"
-    done = user("conform", "--vllm", "0.30.0", "--traces", TRACE, "--reports", reports, envs=True)
+    done = user("conform", "--vllm", "0.34.0", "--traces", TRACE, "--reports", reports, envs=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "steps: 8 of 8 agree" in done.stdout, done.stdout
-    assert (reports / "conformance" / "vllm-0.30.0.md").is_file()
+    assert "steps: 7 of 7 agree" in done.stdout, done.stdout
+    assert (reports / "conformance" / "vllm-0.34.0-mrv2.md").is_file()
 
 
 def test_the_pytest_plugin_on_an_unedited_release_tree(user):

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from contract.runners.mrv1 import branch as mrv1_branch
-from vllm_envs import installed
+from vllm_envs import installed, release_source
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT / "tests" / "traces" / "v030-nested-full-over-breakable.json"
+TRACES = ROOT / "tests" / "traces"
+TRACE = TRACES / "v030-nested-full-over-breakable.json"
 MARKER = "ran.marker"
 LIMIT_S = 60
 BLOCK_FIRST = "        cudagraph_mode = self.compilation_config.cudagraph_mode\n"
@@ -235,7 +236,7 @@ def test_a_killed_command_takes_the_policy_files_child(tmp_path, sig):
 
 def mrv1_tree(folder: Path, statement: str) -> Path:
     """0.30.0's files with ``statement`` put first in ``load_model``'s wrapping block."""
-    pkg = installed("0.30.0")
+    pkg = release_source("0.30.0")
     for rel in MRV1_FILES:
         (folder / "tree" / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(pkg / rel, folder / "tree" / "vllm" / rel)
@@ -287,7 +288,9 @@ TREE_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(TREE_CASES))
+# conform runs a Model Runner V1 tree over 0.30.0's environment: make evidence's, which CI runs after make test
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.evidence if n.startswith("conform:") else ())
+                                  for n in sorted(TREE_CASES)])
 def test_a_trees_code_is_one_line_and_exit_2(name, tmp_path):
     build, needle = TREE_CASES[name]
     refused(tmp_path, build(tmp_path), needle)
@@ -330,17 +333,20 @@ def test_a_killed_conform_takes_the_release_child(tmp_path, sig):
 
 
 def test_conform_decides_its_exit_from_the_childs_summary(tmp_path):
-    """A real replay under 0.30.0's interpreter: the parent prints the summary the child returned, and
-    the exit code follows it (0: every step agrees; 1: the negative control vllm_0_29 disagrees)."""
-    installed("0.30.0")
-    agree = run("conform", "--vllm", "0.30.0", "--traces", TRACE, "--reports", tmp_path / "a", "--json")
+    """A real replay under 0.34.0's interpreter: the parent prints the summary the child returned, and
+    the exit code follows it (0: every step agrees; 1: 0.33.0's model, the negative control, disagrees
+    on its own witness)."""
+    installed("0.34.0")
+    agree = run("conform", "--vllm", "0.34.0", "--traces", TRACES / "mrv2-0.34-l1-compiled-under-full-then-upgraded.json",
+                "--reports", tmp_path / "a", "--json")
     assert agree.code == 0, agree.err[-2000:]
     summary = json.loads(agree.out)
-    assert summary["vllm"] == "0.30.0" and summary["steps"] == summary["agreeing_steps"] > 0
+    assert summary["vllm"] == "0.34.0" and summary["steps"] == summary["agreeing_steps"] > 0
     assert Path(summary["report"]).is_file()
-    differ = run("conform", "--vllm", "0.30.0", "--traces", TRACE, "--reports", tmp_path / "b", "--policy", "vllm_0_29")
+    differ = run("conform", "--vllm", "0.34.0", "--traces", TRACES / "mrv2-0.33-l1-compiled-under-full-then-upgraded.json",
+                 "--reports", tmp_path / "b", "--policy", "mrv2_0_33")
     assert differ.code == 1, differ.err[-2000:]
-    assert "disagreement: " in differ.out and "compared with policy vllm_0_29" in differ.out
+    assert "disagreement: " in differ.out and "compared with policy mrv2_0_33" in differ.out
 
 
 # -- a closed stdout ------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 from contract.cli import progress as cli_progress
 from contract.core import progress
@@ -133,6 +134,7 @@ def test_without_a_reporter_nothing_is_relayed_or_shown(capsys):
 # -- conform and the branch replay, in a release's environment --------------------------------------------
 
 
+@pytest.mark.evidence  # Model Runner V1 on 0.30.0: make evidence's, which CI runs after make test
 def test_conform_reports_its_traces_and_publishes_its_files(tmp_path):
     from vllm_envs import require_python
 
