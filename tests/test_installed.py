@@ -1,7 +1,8 @@
 """The package installed as a user installs it: a wheel built from the checkout, ``pip install
 'cudagraph-contract[plugin]'`` into a fresh venv (the exact versions of ci-constraints.txt, from the
 package registry), and every command run from a folder outside the checkout. The replays use the
-checkout's release environments through ``CUDAGRAPH_CONTRACT_ENVS`` (none is built here)."""
+checkout's release environments through ``CUDAGRAPH_CONTRACT_ENVS`` (none is built here). A packaging
+check, as the lowest-version run is: ``make evidence``'s, which CI runs after ``make test``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ TRACE = ROOT / "tests" / "traces" / "mrv2-0.34-l1-compiled-under-full-then-upgra
 BUILT = ("pyproject.toml", "README.md", "contract", "models")  # what the wheel is built from
 
 # one worker builds the venv (pytest-xdist: a module fixture is made once per worker that runs the module)
-pytestmark = [pytest.mark.slow, pytest.mark.conformance, pytest.mark.xdist_group("installed")]
+pytestmark = [pytest.mark.slow, pytest.mark.conformance, pytest.mark.evidence, pytest.mark.xdist_group("installed")]
 
 
 @pytest.fixture(scope="module")

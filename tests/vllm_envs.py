@@ -102,9 +102,9 @@ def shared_jobs(tmp_path_factory, folder: str, versions, commands, timeout: int,
 
 
 def per_kind(values, kept, ids=None) -> list:
-    """Parameters of a check ``make test`` makes once per kind: the ``kept`` values run there, the
-    others carry the ``evidence`` mark (``make evidence``, docs/measurements.md). A tuple is one
-    parameter set."""
+    """Parameters of a check: the ``kept`` values (none, for a check on the older releases only) run in
+    ``make test``, the others carry the ``evidence`` mark (``make evidence``, which CI runs after
+    ``make test``; docs/measurements.md). A tuple is one parameter set."""
     ids = ids or (lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v))
     return [pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=() if v in kept else pytest.mark.evidence,
                          id=ids(v)) for v in values]
