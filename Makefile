@@ -51,8 +51,8 @@ test:
 	CONTRACT_REQUIRE_VLLM=1 CONTRACT_VLLM_SOURCES=$(CURDIR)/$(SOURCES) $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m "not campaign and not evidence"
 
 # CI runs it after make test: the older releases' runs (0.29.0, 0.30.0's Model Runner V1 replays, 0.33.0),
-# every shipped fix's verdict, every branch-review edit and the GPU bundles, as `pytest -m evidence`, with
-# the lowest-version run beside the environments (docs/measurements.md).
+# every shipped fix's verdict, every branch-review edit, the GPU bundles and the installed wheel, as
+# `pytest -m evidence`, with the lowest-version run beside the environments (docs/measurements.md).
 evidence: $(VENV)/.installed
 	$(MAKE) -j4 -Otarget vllm-envs test-lowest
 	CONTRACT_REQUIRE_VLLM=1 CONTRACT_VLLM_SOURCES=$(CURDIR)/$(SOURCES) $(VENV)/bin/python -m pytest --hypothesis-profile=ci -n 2 --dist loadgroup -m evidence
