@@ -50,7 +50,6 @@ def runnable_trace(scenario: Scenario, policy: Policy, name: str = "", origin: d
     return record_runnable(scenario, policy, script(scenario), name=name, origin=origin)
 
 
-
 def cells(trace: Trace) -> set[tuple]:
     s = trace.scenario
     scenario_class = (s.breakable, s.ubatching, s.cudagraph_mode.name, s.compilation_mode.name,

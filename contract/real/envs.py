@@ -22,6 +22,7 @@ configured, else the registry's CUDA build, which works on CPU too, only bigger.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -223,8 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m contract.real.envs VERSION|base --dir PATH [--base PATH] [--python PATH]``: what
     ``cudagraph-contract env make`` does, with the standard library alone, so that a checkout's
     ``make test`` starts the shared environment before the project's own ``.venv`` is ready."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m contract.real.envs")
     parser.add_argument("version", metavar="VERSION|base")
     parser.add_argument("--dir", required=True, type=Path)
