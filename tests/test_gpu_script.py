@@ -16,20 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from vllm_envs import per_kind
+from vllm_envs import per_kind, require_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-conformance.sh"
 
 
 def venv_python(version: str = "0.30.0") -> Path:
-    python = ROOT / f".venv-vllm-{version}" / "bin" / "python"
-    if not python.exists():
-        message = f".venv-vllm-{version} is missing: make .venv-vllm-{version}/.complete"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
+    return require_python(version)
 
 
 def run(args: list[str], tmp_path: Path, version: str = "0.30.0") -> subprocess.CompletedProcess:

@@ -10,7 +10,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from contract.branch import tree as branch
@@ -19,6 +18,7 @@ from contract.core.expected import FAILS
 from contract.core.explore import explore
 from contract.runners.mrv2 import branch as mrv2_branch
 from contract.core.properties import PROPERTIES
+from vllm_envs import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -86,10 +86,8 @@ def released_0_34() -> Path:
     for src in found:
         if src and (Path(src) / mrv2_branch.MANAGER_FILE).is_file():
             return Path(src)
-    if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-        pytest.fail("no vLLM 0.34.0 tree: make .venv-vllm-0.34.0 (cudagraph-contract env make 0.34.0 --dir "
-                    ".venv-vllm-0.34.0) or set CONTRACT_VLLM_0_34_SRC to its vllm/")
-    pytest.skip("no vLLM 0.34.0 tree (.venv-vllm-0.34.0 or CONTRACT_VLLM_0_34_SRC)")
+    unavailable("no vLLM 0.34.0 tree: make .venv-vllm-0.34.0 (cudagraph-contract env make 0.34.0 --dir "
+                ".venv-vllm-0.34.0) or set CONTRACT_VLLM_0_34_SRC to its vllm/")
 
 
 def test_released_0_34_tree_reads_as_its_release(tmp_path):

@@ -13,14 +13,18 @@ from contract.evidence import since
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def unavailable(message: str):
+    """A release the test needs is not at hand: skipped, or failed when ``CONTRACT_REQUIRE_VLLM=1``."""
+    if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def require(release: str) -> Path:
     """The release's venv folder."""
     venv = ROOT / f".venv-vllm-{release}"
     if not (venv / "bin" / "python").exists() or not (venv / ".complete").exists():
-        message = f".venv-vllm-{release} is missing: make it with make .venv-vllm-{release}/.complete"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f".venv-vllm-{release} is missing: make it with make .venv-vllm-{release}/.complete")
     return venv
 
 
@@ -35,10 +39,7 @@ def release_source(release: str) -> Path:
     run); skipped without either, failed when ``CONTRACT_REQUIRE_VLLM=1``."""
     found = since.sources(ROOT).get(release)
     if found is None:
-        message = f"no source for vLLM {release}: make .venv-vllm-{release}/.complete or set {since.ENV}"
-        if os.environ.get("CONTRACT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"no source for vLLM {release}: make .venv-vllm-{release}/.complete or set {since.ENV}")
     return found
 
 
