@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +25,6 @@ T = "tests.child_targets:"
 
 
 def run(name: str, payload=None, **kwargs) -> child.Outcome:
-    kwargs.setdefault("env", child.project_env())  # the child drops its working folder from sys.path
     return child.run(T + name, payload, what="the probe", cwd=str(ROOT), **kwargs)
 
 
@@ -172,7 +172,7 @@ def test_the_child_dies_with_its_parent(tmp_path, sig):
     pidfile, temporary = tmp_path / "pid", tmp_path / "tmp"
     temporary.mkdir()
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(pidfile)], cwd=ROOT,
-                              env=child.project_env(TMPDIR=str(temporary)), preexec_fn=_signals_by_default,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(temporary)), preexec_fn=_signals_by_default,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         pid = wait_for(pidfile)
@@ -218,5 +218,93 @@ def test_the_time_limit_is_a_setting():
 
 def test_the_working_folder_is_not_on_the_childs_import_path(tmp_path):
     """Run from a vLLM checkout's root, the checkout's ``vllm`` must not shadow the environment's."""
-    path = child.run(T + "import_path", None, what="the probe", cwd=str(tmp_path), env=child.project_env()).value
+    path = child.run(T + "import_path", None, what="the probe", cwd=str(tmp_path)).value
     assert str(tmp_path) not in path and "" not in path, path
+
+
+def test_the_callers_environment_does_not_reach_the_child(monkeypatch, tmp_path):
+    """A vLLM developer's usual set-up (``PYTHONPATH`` at their tree) and settings that change what
+    runs (optimised bytecode drops asserts, pytest options, vLLM's switches) stay with the caller."""
+    for name, value in {"PYTHONPATH": str(tmp_path), "PYTHONOPTIMIZE": "2", "PYTHONSTARTUP": str(tmp_path),
+                        "PYTHONWARNINGS": "error", "PYTEST_ADDOPTS": "-n 2", "PYTEST_PLUGINS": "xdist",
+                        "VLLM_USE_V2_MODEL_RUNNER": "0", "LD_PRELOAD": "libnothing.so", "LANG": "C.UTF-8"}.items():
+        monkeypatch.setenv(name, value)
+    seen = run("environment").value
+    leaked = {k for k in seen["env"] if k.startswith(("PYTHON", "PYTEST", "VLLM_")) or k == "LD_PRELOAD"}
+    assert not leaked, leaked
+    assert seen["optimize"] == 0 and seen["asserts"] and seen["isolated"]
+    assert str(tmp_path) not in seen["path"]
+    assert seen["env"]["LANG"] == "C.UTF-8" and seen["env"]["TMPDIR"] != os.environ.get("TMPDIR")
+    assert child.run(T + "environment", None, what="x", settings={"VLLM_LOGGING_LEVEL": "ERROR"}).value[
+        "env"]["VLLM_LOGGING_LEVEL"] == "ERROR"
+
+
+def test_a_process_that_left_the_group_does_not_outlive_the_run(tmp_path):
+    pidfile = tmp_path / "pids"
+    assert run("start_daemons", {"pidfile": str(pidfile)}).value == "started"
+    for pid in map(int, pidfile.read_text().split()):
+        assert wait_gone(pid), f"{pid} outlived the run"
+
+
+def test_a_command_runs_with_the_same_guarantees(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-x")
+    done = child.run_command([sys.executable, "-c", "import os, sys; print(sorted(os.environ)); sys.exit(3)"],
+                             what="the command")
+    assert done.returncode == 3 and "PYTEST_ADDOPTS" not in done.stdout
+    pidfile = tmp_path / "pid"
+    with pytest.raises(child.ChildProblem, match="the command did not finish within 1 s"):
+        child.run_command([sys.executable, "-c", f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid()))"
+                                                 "\nwhile True: time.sleep(0.05)"], what="the command", timeout=1)
+    assert wait_gone(wait_for(pidfile))
+
+
+def test_the_childs_stderr_reaches_the_terminal_escaped(capfd):
+    child.run(T + "escape_codes", None, what="x", stream_stderr=True)
+    err = capfd.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "plain \\x1b[2J" in err
+
+
+def test_a_folder_a_killed_parent_left_is_removed_by_the_next_call(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    left = tmp_path / f"{child.FOLDER_PREFIX}left"
+    left.mkdir()
+    (left / ".lock").touch()
+    (left / "request.json").write_text("{}")
+    with child.call_folder() as busy:  # a run in progress keeps its folder
+        assert not left.exists()
+        child.sweep_stale()
+        assert Path(busy).is_dir()
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("value", [0, 0.5, -1, float("nan"), float("inf"), 1e10])
+def test_a_time_limit_out_of_range_is_refused(value):
+    with pytest.raises(ValueError, match="--timeout must be a number of seconds from 1 to"):
+        child.checked_timeout(value)
+
+
+PARENT_WRITTEN_TO = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from contract.core import child
+print(child.run("tests.child_targets:write_to_parent", {"marker": "FORGED"}, what="x").value, flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+def test_a_child_cannot_write_to_the_parents_stdout(tmp_path):
+    """Through ``/proc/<parent>/fd/1``, as any process of the same user could. Root passes every such
+    check (``docs/threat-model.md``), so as root the parent runs as an unprivileged user, set before
+    its interpreter starts (a change of user at run time would make it undumpable already)."""
+    as_user = {"user": 65534, "group": 65534, "extra_groups": []} if os.getuid() == 0 else {}
+    os.chmod(tmp_path, 0o777)
+    out = tmp_path / "stdout"
+    out.touch()
+    out.chmod(0o666)  # the parent's own file: only /proc stands between the child and it
+    with open(out, "w") as f:
+        subprocess.run([sys.executable, "-I", "-c", PARENT_WRITTEN_TO, str(ROOT)], stdout=f, stderr=subprocess.PIPE,
+                       cwd=tmp_path, env={"TMPDIR": str(tmp_path), "PATH": os.environ["PATH"]}, timeout=120,
+                       check=True, **as_user)
+    text = out.read_text()
+    assert "FORGED" not in text and text.startswith("refused"), text

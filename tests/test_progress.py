@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from contract.cli import progress as cli_progress
-from contract.core import progress
+from contract.core import child, progress
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -104,27 +104,20 @@ class Recorder(progress.Reporter):
         self.events.append(("advance", n))
 
 
-CHILD = ("import sys, time; sys.path.insert(0, sys.argv[1]); from contract.core import progress\n"
-         "progress.stage('traces', 30, 'the replay')\n"
-         "for _ in range(30):\n"
-         "    progress.advance(); time.sleep(0.05)\n")
-
-
 def test_a_childs_stages_reach_the_parents_reporter():
+    """Through a file in the call's own folder, which goes with the call."""
     recorder = Recorder()
     with progress.reporting(recorder):
-        with progress.relayed() as env:
-            assert set(env) == {progress.ENV}
-            subprocess.run([PYTHON, "-c", CHILD, str(ROOT)], env={**os.environ, **env}, check=True, timeout=60)
-        path = env[progress.ENV]
-    assert not os.path.exists(path)
-    assert recorder.events[0] == ("stage", "traces", 30, "the replay")
+        path = child.run("tests.child_targets:progressing", {"n": 30, "sleep": 0.05}, what="the probe",
+                         progress=True).value
+    assert path and not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
+    assert recorder.events[0] == ("stage", "traces", 30, "the probe")
     advanced = [e[1] for e in recorder.events if e[0] == "advance"]
     assert sum(advanced) == 30 and len(advanced) > 1, recorder.events  # counted while it ran, and to the end
 
 
-def test_without_a_reporter_nothing_is_relayed_or_shown(capsys):
-    with progress.relayed() as env:
+def test_without_a_reporter_nothing_is_relayed_or_shown(capsys, tmp_path):
+    with progress.relayed(str(tmp_path)) as env:
         assert env == {}
     progress.stage("traces", 3)
     progress.advance()

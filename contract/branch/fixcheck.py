@@ -15,11 +15,10 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.core import graphs
+from contract.core import child, graphs
 from contract.core.graphs import dispatch_kind, served
 from contract.core.modes import CUDAGraphMode
 from contract.core.policy import PolicyError
@@ -85,7 +84,7 @@ def patched_copy(release_pkg: Path, patch: Path, dest: Path) -> Path:
             target.unlink()
             shutil.copy2(release_pkg.parent / rel, target)
     done = subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-i", str(patch.resolve())],
-                          cwd=dest, capture_output=True, text=True)
+                          cwd=dest, capture_output=True, text=True, env=child.environment())
     if done.returncode != 0:
         why = (done.stdout + done.stderr).strip().splitlines()
         raise FixCheckError(f"{patch} does not apply to vLLM {release_pkg}: {why[-1] if why else 'patch failed'}")
@@ -129,20 +128,19 @@ class TestRun:
     tail: str  # pytest's last lines, for the report
 
 
-def run_test(test: Path, tree: Path | None, shared_python: Path, release_python: Path, version: str) -> TestRun:
+def run_test(test: Path, tree: Path | None, shared_python: Path, release_python: Path, version: str,
+             timeout: float | None) -> TestRun:
     """The root cause's vLLM unit test on ``tree`` (over the shared closure) or, with ``tree`` None, on
-    the installed release ``version``; never with this project on the path, and with the release's
-    vLLM cache in this tool's cache folder, as a replay's."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["VLLM_LOGGING_LEVEL"] = "ERROR"
-    env["VLLM_CACHE_ROOT"] = str(vllm_cache_root(version))
+    the installed release ``version``: a child like any named code's (``contract.core.child``: the
+    caller's ``PYTEST_ADDOPTS``, ``PYTHONOPTIMIZE`` and the like never reach it), never with this
+    project on the path, and with the release's vLLM cache in this tool's cache folder, as a replay's."""
+    env = child.environment(VLLM_LOGGING_LEVEL="ERROR", VLLM_CACHE_ROOT=str(vllm_cache_root(version)))
     python = release_python
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
         python = shared_python
-    with tempfile.TemporaryDirectory(prefix="cudagraph-contract-test-") as cwd:
-        done = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)], cwd=cwd,
-                              env=env, capture_output=True, text=True, timeout=900)
+    done = child.run_command([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+                             what=f"the unit test {test.name}", timeout=timeout, env=env)
     out = (done.stdout + done.stderr).strip().splitlines()
     if done.returncode == 5 or (done.returncode == 0 and not any(" passed" in line for line in out[-3:])):
         outcome = "skip"

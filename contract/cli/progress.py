@@ -104,6 +104,9 @@ def shown(command: str, quiet: bool = False):
     if core_progress.active() is not None:  # already shown by the command around: one display
         yield core_progress.active()
         return
+    if os.environ.get(core_progress.ENV):  # a child: its parent shows the stages it relays
+        yield None
+        return
     if err.is_terminal:
         reporter: core_progress.Reporter = Bar(command, err)
     else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -143,15 +142,16 @@ class _Relay:
 
 
 @contextmanager
-def relayed():
-    """Yield the environment a child needs to report its stages here; while the block runs they
-    reach this process's reporter. Without a reporter, an empty environment."""
+def relayed(folder: str):
+    """Yield the environment a child needs to report its stages here, through a file in ``folder``
+    (the call's own, removed with it); while the block runs they reach this process's reporter.
+    Without a reporter, an empty environment."""
     reporter = _current()
     if reporter is None:
         yield {}
         return
-    fd, path = tempfile.mkstemp(prefix="cudagraph-contract-progress-")
-    os.close(fd)
+    path = os.path.join(folder, "progress")
+    open(path, "w").close()
     relay = _Relay(path, reporter)
     relay.thread.start()
     try:
@@ -160,4 +160,3 @@ def relayed():
         relay.stop.set()
         relay.thread.join()
         relay.read()
-        os.unlink(path)

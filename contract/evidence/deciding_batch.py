@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from contract.evidence import root_causes
 from contract.core.scenario import Runner
 from contract.core.trace import Trace, TraceError, load, record
 from contract.evidence import deciding, since
-from contract.real.installed import environment
+from contract.real.installed import environment, replay_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = "cudagraph-contract.deciding"
@@ -174,17 +173,15 @@ def run(release: str, runner: Runner, reports: Path, only: list[str] | None = No
     pairs, entries = prepare(findings, policy)
     timings["model"] = round(time.perf_counter() - started, 2)
     started = time.perf_counter()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
-               # A compile reads no cache another replay wrote: the two replays of a pair differ
-               # in what vLLM decided, not in what an earlier compile left on disk.
-               VLLM_DISABLE_COMPILE_CACHE="1")
+    # A compile reads no cache another replay wrote: the two replays of a pair differ in what vLLM
+    # decided, not in what an earlier compile left on disk.
+    settings = replay_settings() | {"VLLM_DISABLE_COMPILE_CACHE": "1"}
     result = {"pairs": [], "seconds": {}}
     if pairs:
         try:
             result = child.run("contract.evidence.traced:traced_batch", {"pairs": pairs},
                                what=f"the traced replays on vLLM {release}", timeout=None, python=python,
-                               env=env).value
+                               settings=settings, root=ROOT).value
         except child.ChildProblem as exc:
             raise Problem(str(exc)) from None
     timings["child"] = round(time.perf_counter() - started, 2)

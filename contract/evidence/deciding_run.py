@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from contract.core import child
-from contract.real.installed import environment, import_root, missing
+from contract.real.installed import environment, import_root, missing, replay_settings
 from contract.families import policy_for
 from contract.evidence import deciding, since
 from contract.core.events import describe_event
@@ -37,13 +36,12 @@ class Problem(Exception):
 
 def replay(python: Path, trace: Trace, tree: Path | None) -> dict:
     """The trace replayed with line tracing in ``python``'s vLLM (``contract/evidence/traced.py``)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(import_root()), os.environ.get("PYTHONPATH")])),
-               VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
     started = time.perf_counter()
     try:
         result = child.run("contract.evidence.traced:traced",
                            {"trace": trace.to_json(), "tree": str(tree.resolve()) if tree is not None else None},
-                           what=f"the traced replay of {trace.name}", timeout=None, python=python, env=env).value
+                           what=f"the traced replay of {trace.name}", timeout=None, python=python,
+                           settings=replay_settings(), root=import_root()).value
     except child.ChildProblem as exc:
         raise Problem(str(exc)) from None
     result["seconds"]["process"] = round(time.perf_counter() - started, 2)

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from contract.core import child
 
 SCHEMA = "cudagraph-contract.engine-check"
 VERSION = 1
@@ -114,12 +115,14 @@ def check(release: str, python: Path, requests: list[Request], timeout: float = 
         tmp = Path(tmp)
         (tmp / "in.json").write_text(json.dumps({"schema": SCHEMA, "version": VERSION, "release": release,
                                                  "commands": [r.to_json() for r in requests]}))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_", "TRANSFORMERS_"))}
-        env.update(PYTHONPATH=str(ROOT), VLLM_LOGGING_LEVEL="ERROR", HF_HOME=str(hf_cache(tmp / "hf")),
-                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CACHE_ROOT=str(tmp / "vllm-cache"))
-        proc = subprocess.run([str(Path(python).absolute()), "-m", "contract.evidence.engine_check", str(tmp / "in.json"),
-                               str(tmp / "out.json")], capture_output=True, text=True, timeout=timeout, env=env,
-                              cwd=tmp)
+        env = child.environment(PYTHONPATH=str(ROOT), VLLM_LOGGING_LEVEL="ERROR", HF_HOME=str(hf_cache(tmp / "hf")),
+                                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CACHE_ROOT=str(tmp / "vllm-cache"))
+        try:
+            proc = child.run_command([str(Path(python).absolute()), "-m", "contract.evidence.engine_check",
+                                      str(tmp / "in.json"), str(tmp / "out.json")], what=f"the vLLM {release} check",
+                                     timeout=timeout, env=env, cwd=str(tmp))
+        except child.ChildProblem as exc:
+            raise CheckError(str(exc)) from None
         if proc.returncode != 0 or not (tmp / "out.json").exists():
             raise CheckError(f"the vLLM {release} check exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
         data = json.loads((tmp / "out.json").read_text())

@@ -92,6 +92,14 @@ def check_version(version: str) -> str:
     return version
 
 
+def _clean() -> dict:
+    """The environment pip and the new interpreters run in: the caller's, less what changes which
+    packages Python sees or how it runs them (``PYTHONPATH`` at a vLLM tree would make pip take that
+    tree's packages as installed; ``PYTHONOPTIMIZE`` drops asserts), and vLLM's and pytest's switches.
+    Package-index and proxy settings (``PIP_*``, ``HTTPS_PROXY``) stay: they say where packages come from."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST_", "VLLM_"))}
+
+
 class _Steps:
     """Runs each step quietly into one log; a failure is one line naming the step and pip's last error."""
 
@@ -108,7 +116,8 @@ class _Steps:
             log.write(f"$ {' '.join(argv)}\n")
             log.flush()
             try:
-                code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+                code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=_clean()).returncode
             except OSError as exc:
                 raise EnvProblem(f"{what} failed: {exc.strerror or exc} (log: {self.log})") from None
         if code != 0:
@@ -118,7 +127,7 @@ class _Steps:
 
     def output(self, what: str, argv: list[str]) -> str:
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=_clean())
         except OSError as exc:
             raise EnvProblem(f"{what} failed: {exc.strerror or exc}") from None
         if done.returncode != 0:
@@ -134,7 +143,7 @@ def _have(python: Path, dist: str, version: str) -> bool:
     """``dist`` installed in ``python``'s environment at exactly ``version`` (a local tag ignored)."""
     try:
         return subprocess.run([str(python), "-c", _HAVE, dist, version], capture_output=True,
-                              stdin=subprocess.DEVNULL).returncode == 0
+                              stdin=subprocess.DEVNULL, env=_clean()).returncode == 0
     except OSError:
         return False
 

@@ -13,12 +13,19 @@ the distribution metadata.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
+import sys
+import tempfile
 from pathlib import Path
+
+from contract.core.output import one_line
 
 SHARED = ".venv-vllm"
 ENVS_VARIABLE = "CUDAGRAPH_CONTRACT_ENVS"
@@ -53,6 +60,32 @@ def vllm_cache_root(version: str | None = None) -> Path:
         except importlib.metadata.PackageNotFoundError:
             version = "unversioned"
     return cache_root() / "vllm" / version
+
+
+@functools.lru_cache(maxsize=1)
+def writable_cache_root() -> Path:
+    """``cache_root()`` when it can be written; else, with one line on stderr, a temporary folder
+    this process removes when it exits: a cache folder that cannot be written costs time, never the
+    result."""
+    wanted = cache_root().absolute()
+    try:
+        wanted.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=wanted).close()
+        return wanted
+    except OSError as exc:
+        folder = Path(tempfile.mkdtemp(prefix="cudagraph-contract-cache-"))
+        atexit.register(shutil.rmtree, folder, True)
+        sys.stderr.write(one_line(f"note: the cache folder {wanted} cannot be written ({exc.strerror or exc}); this "
+                                  "run uses a temporary one and keeps nothing") + "\n")
+        return folder
+
+
+def replay_settings() -> dict:
+    """The environment a replay's child is given on top of ``contract.core.child.environment``: this
+    run's cache folder (the child's vLLM and torch caches live under it) and vLLM's log level (the
+    caller's, else errors only: it changes what is logged, never what runs)."""
+    return {"CUDAGRAPH_CONTRACT_CACHE": str(writable_cache_root()),
+            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
 
 
 def checkout() -> Path | None:
@@ -142,7 +175,7 @@ def import_root() -> Path:
     if found is not None:
         return found
     here = ROOT
-    folder = cache_root() / "import-root" / hashlib.sha256(str(here).encode()).hexdigest()[:16]
+    folder = writable_cache_root() / "import-root" / hashlib.sha256(str(here).encode()).hexdigest()[:16]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for name in PACKAGES:

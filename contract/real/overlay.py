@@ -42,6 +42,7 @@ def install(tree_pkg: Path) -> TreeFinder:
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("vLLM is not installed in this environment")
+    sys.dont_write_bytecode = True  # the tree is the person's: it gets no __pycache__ of ours
     finder = TreeFinder(Path(tree_pkg), Path(list(spec.submodule_search_locations)[0]))
     sys.meta_path.insert(0, finder)
     return finder

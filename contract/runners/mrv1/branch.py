@@ -184,7 +184,7 @@ def block_policy(source: str, path: str, name: str, facts: tuple[bool, bool, boo
     try:
         value = child.run("contract.runners.mrv1.branch:block_table",
                           {"source": source, "path": path, "facts": list(facts)},
-                          what=what, timeout=child.time_limit(), env=child.project_env()).value
+                          what=what, timeout=child.time_limit()).value
         if not isinstance(value, dict):
             raise child.ChildProblem(f"{what} reported no table")
         if "problem" in value:

@@ -204,7 +204,7 @@ def _tables(pkg: Path, manager_path: str, runner_path: str, where: str) -> tuple
                "runner_source": (pkg / RUNNER_FILE).read_text(encoding="utf-8")}
     try:
         value = child.run("contract.runners.mrv2.branch:rule_tables", payload, what=what,
-                          timeout=child.time_limit(), env=child.project_env()).value
+                          timeout=child.time_limit()).value
         if not isinstance(value, dict):
             raise child.ChildProblem(f"{what} reported no tables")
         if "problem" in value:

@@ -74,7 +74,7 @@ def load_file(spec: str):
     must = f"a policy file defines load_model(ctx) returning {stack_table.RETURNS}"
     try:
         value = child.run("contract.runners.mrv1.model.policy_file:evaluate", {"path": str(path.resolve())},
-                          what=f"policy file {spec}", timeout=child.time_limit(), env=child.project_env()).value
+                          what=f"policy file {spec}", timeout=child.time_limit()).value
     except child.ChildProblem as exc:
         raise PolicyError(f"{exc}; {must}") from None
     if not isinstance(value, dict):
@@ -101,6 +101,7 @@ def evaluate(payload: dict) -> dict:
     """In the child: import the file, check its interface, and evaluate ``load_model`` for every
     context. ``{"problem": one line}`` when something is wrong; else the table and attributes."""
     forked = child.refuse_forks()
+    sys.dont_write_bytecode = True  # the person's folder gets no __pycache__ of ours
     path = payload["path"]
     module_name = f"_contract_user_policy_{hashlib.sha1(path.encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
