@@ -57,7 +57,9 @@ def runs(tmp_path_factory, request):
     checkout's git status before and after."""
     kinds = {"test_an_edit_is_a_new_class_on_vllms_own_code": ("conform",),
              "test_verify_reads_an_edited_tree_and_says_what_it_does_not_read": ("verify",),
-             "test_an_unedited_tree_has_nothing_new": ("conform", "verify")}
+             "test_an_unedited_tree_has_nothing_new": ("conform", "verify"),
+             "test_the_callers_environment_changes_no_verdict": ("conform", "conform-in-the-trees-environment"),
+             "test_a_tree_that_rewrites_the_cache_cannot_decide_the_next_review": ("conform",)}
     selected = {(item.callspec.params["release"], item.callspec.params.get("area", "unedited"), kind)
                 for item in request.session.items if item.module is request.module and hasattr(item, "callspec")
                 for kind in kinds[item.originalname]}
@@ -77,6 +79,10 @@ def runs(tmp_path_factory, request):
             jobs[(release, area, "conform")] = ("conform", "--vllm-src", tree, "--base", release, "--traces", trace,
                                                 "--reports", work / f"report-{release}-{area}")
             jobs[(release, area, "verify")] = ("verify", "--vllm-src", tree, "--profile", "dev")
+            # A vLLM developer's usual set-up: the tree on PYTHONPATH, and settings that change what runs.
+            jobs[(release, area, "conform-in-the-trees-environment")] = (
+                *jobs[(release, area, "conform")][:-1], work / f"report-{release}-{area}-env",
+                {"PYTHONPATH": str(tree), "PYTHONOPTIMIZE": "1", "PYTEST_ADDOPTS": "-x", "VLLM_USE_V2_MODEL_RUNNER": "0"})
         unedited = trees.copy(release, work / f"{release}-unedited")
         every = [x for a in WITNESS for x in ("--traces", work / f"{release}-{a}.json")]
         jobs[(release, "unedited", "conform")] = ("conform", "--vllm-src", unedited, *every,
@@ -87,17 +93,23 @@ def runs(tmp_path_factory, request):
     # The unedited trees' runs replay every witness on the release first, so the edited trees' runs
     # take their base side from the shared cache, as a reviewer's second run does.
     first = [key for key in jobs if key[1:] == ("unedited", "conform")]
-    done = {key: cli(*jobs[key], env=env, cwd=elsewhere) for key in first}
+
+    def run(key):
+        args = jobs[key]
+        extra = args[-1] if isinstance(args[-1], dict) else {}
+        return cli(*(args[:-1] if extra else args), env=env | extra, cwd=elsewhere)
+
+    done = {key: run(key) for key in first}
     rest = [key for key in jobs if key not in done]
     with ThreadPoolExecutor(2) as pool:
-        done |= dict(zip(rest, pool.map(lambda key: cli(*jobs[key], env=env, cwd=elsewhere), rest)))
+        done |= dict(zip(rest, pool.map(run, rest)))
     after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-    return done, status, after
+    return done, status, after, (work, env, elsewhere, jobs)
 
 
 @pytest.mark.parametrize("release, area", per_kind(PAIRS, CONFORMED))
 def test_an_edit_is_a_new_class_on_vllms_own_code(runs, release, area):
-    done, _, _ = runs
+    done, *_ = runs
     proc = done[(release, area, "conform")]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     new = [line for line in proc.stdout.splitlines() if line.startswith("  new: ")]
@@ -111,7 +123,7 @@ def test_an_edit_is_a_new_class_on_vllms_own_code(runs, release, area):
 
 @pytest.mark.parametrize("release, area", per_kind(PAIRS, VERIFIED))
 def test_verify_reads_an_edited_tree_and_says_what_it_does_not_read(runs, release, area):
-    done, _, _ = runs
+    done, *_ = runs
     proc = done[(release, area, "verify")]
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     edit = trees.EDITS[(release, area)]
@@ -127,7 +139,7 @@ def test_verify_reads_an_edited_tree_and_says_what_it_does_not_read(runs, releas
 
 @pytest.mark.parametrize("release", per_kind(RELEASES, {"0.34.0"}))
 def test_an_unedited_tree_has_nothing_new(runs, release):
-    done, _, _ = runs
+    done, *_ = runs
     proc = done[(release, "unedited", "conform")]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 new" in proc.stdout and "the tree's files equal the base's" in proc.stdout
@@ -137,5 +149,67 @@ def test_an_unedited_tree_has_nothing_new(runs, release):
 
 
 def test_branch_runs_leave_the_checkout_as_it_was(runs):
-    _, before, after = runs
+    _, before, after, _ = runs
     assert before == after
+
+
+def new_lines(proc) -> list[str]:
+    return [line for line in proc.stdout.splitlines() if line.startswith("  new: ")]
+
+
+@pytest.mark.parametrize("release, area", per_kind([("0.34.0", "model_runner")], {("0.34.0", "model_runner")}))
+def test_the_callers_environment_changes_no_verdict(runs, release, area):
+    """``PYTHONPATH`` at the tree (it would put the tree on the base side too), ``PYTHONOPTIMIZE``
+    (vLLM's asserts), pytest's and vLLM's switches: the same exit and the same new classes."""
+    done, *_ = runs
+    plain, hostile = done[(release, area, "conform")], done[(release, area, "conform-in-the-trees-environment")]
+    assert hostile.returncode == plain.returncode == 1, hostile.stdout + hostile.stderr
+    assert new_lines(hostile), hostile.stdout + hostile.stderr
+    assert [line.split(" — witness")[0] for line in new_lines(hostile)] == \
+        [line.split(" — witness")[0] for line in new_lines(plain)]
+
+
+# A tree whose code, while the branch side runs, rewrites the base cache so that the next review of the
+# same edit finds its class on the release too (the branch's own steps as the release's, the digest
+# recomputed): the cheapest way to silence a reviewer who keeps a cache.
+POISON = """
+
+def _poison():
+    import glob, hashlib, json, os
+    for path in glob.glob(os.path.join(os.environ["CUDAGRAPH_CONTRACT_CACHE"], "base-observations", "*.json")):
+        data = json.load(open(path))
+        content = data.get("content")
+        if not isinstance(content, dict) or {digest!r} not in content.get("observations", {{}}):
+            continue
+        content["observations"][{digest!r}] = {{"name": "forged", "steps": {steps!r}, "path": []}}
+        data["digest"] = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        json.dump(data, open(path, "w"))
+
+
+_poison()
+"""
+
+
+@pytest.mark.parametrize("release, area", per_kind([("0.34.0", "model_runner")], set()))
+def test_a_tree_that_rewrites_the_cache_cannot_decide_the_next_review(runs, release, area):
+    import json
+
+    from contract.branch.cache import trace_digest
+    from contract.core.trace import load
+
+    done, _, _, (work, env, cwd, jobs) = runs
+    honest = done[(release, area, "conform")]
+    assert honest.returncode == 1, honest.stdout + honest.stderr
+    witness = new_lines(honest)[0].split(" — witness ")[1]
+    steps = json.loads(Path(witness).read_text())["expected"]["steps"]
+    digest = trace_digest(load(work / f"{release}-{area}.json"))
+    poisoner = trees.edited(release, area, work / f"{release}-{area}-poisoner")
+    runner = poisoner / "vllm" / trees.EDITS[(release, area)].path
+    runner.write_text(runner.read_text() + POISON.format(digest=digest, steps=steps))
+    args = jobs[(release, area, "conform")]
+    poisoned = cli(*args[:2], poisoner, *args[3:-1], work / "report-poisoner", env=env, cwd=cwd)
+    assert "changed while the tree's code ran: removed" in poisoned.stdout, poisoned.stdout + poisoned.stderr
+    again = cli(*args[:-1], work / "report-again", env=env, cwd=cwd)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert [line.split(" — witness")[0] for line in new_lines(again)] == \
+        [line.split(" — witness")[0] for line in new_lines(honest)]

@@ -3,16 +3,24 @@ kept in the user's cache folder, so a branch run replays only the branch.
 
 A cache entry is the base release's observations (steps and decision paths) of every trace replayed
 on it so far, by what the trace replays (``trace_digest``), keyed by the release version, the runner
-family and a digest of this package's own code (a change to the model, the replay or the corpus
-makes a new key); the generated corpora are kept beside it. An entry is written
-whole (``write_atomic``) and read as data; a missing, unreadable or mismatched one is recomputed.
+family, a digest of this package's own code (a change to the model, the replay or the corpus makes
+a new key) and a digest of the release's own record of its files (``provenance.digest``); the
+generated corpora are kept beside it. Only the parent writes an entry, from a base run whose files
+it checked (``contract/real/provenance.py``); it is written whole (``write_atomic``) with a digest of
+its content, and read as data, the digest checked first. A missing entry is recomputed; one that
+fails its check is removed and recomputed, with a line saying so (``Notes``). While a tree's code runs
+(``guard``), every file of the cache folder is watched: one it changed or added is removed when it
+ends, so a tree cannot decide the next review. A cache folder that cannot be written costs time,
+never the result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from contract.core.output import OutputError, write_atomic
@@ -21,6 +29,7 @@ from contract.real.installed import cache_root as root  # shared with the enviro
 
 SCHEMA = "cudagraph-contract.base-observations"
 PACKAGE = Path(__file__).resolve().parents[1]
+FOLDER = "base-observations"
 
 
 # The code that decides the corpus and what a replay observes.
@@ -38,8 +47,8 @@ def tool_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def key(version: str, runner: str) -> str:
-    return f"{version}-{runner}-{tool_digest()}"
+def key(version: str, runner: str, release_digest: str) -> str:
+    return f"{version}-{runner}-{tool_digest()}-{release_digest}"
 
 
 def trace_digest(trace) -> str:
@@ -48,45 +57,92 @@ def trace_digest(trace) -> str:
                                      sort_keys=True).encode()).hexdigest()[:24]
 
 
+class Notes(list):
+    """What happened to the cache during a run, one line each, for the person to read."""
+
+
 def _path(entry: str) -> Path:
-    return root() / "base-observations" / f"{entry}.json"
+    return root() / FOLDER / f"{entry}.json"
 
 
-def load(entry: str) -> dict | None:
-    """The cached observations (trace name -> observation) and ``where``, or None."""
+def _content_digest(content: object) -> str:
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _read(entry: str, notes: Notes) -> object | None:
+    """The content of a verified entry, or None; an entry that fails its check is removed."""
     path = _path(entry)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("key") != entry:
-        return None
-    return data
+        data = None
+    if (isinstance(data, dict) and data.get("schema") == SCHEMA and data.get("key") == entry
+            and "content" in data and data.get("digest") == _content_digest(data["content"])):
+        return data["content"]
+    notes.append(f"the cache entry {path} failed its check (changed since this tool wrote it): removed and rebuilt")
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return None
 
 
-def load_corpus(entry: str) -> list | None:
+def _write(entry: str, content: object) -> None:
+    """Best effort: a cache folder that cannot be written costs time, never the result."""
+    with contextlib.suppress(OutputError):
+        write_atomic(_path(entry), json.dumps({"schema": SCHEMA, "key": entry, "digest": _content_digest(content),
+                                               "content": content}) + "\n")
+
+
+def load(entry: str, notes: Notes) -> dict | None:
+    """The cached ``{"vllm", "observations", "where"}`` of ``entry``, or None."""
+    content = _read(entry, notes)
+    if not (isinstance(content, dict) and isinstance(content.get("observations"), dict)
+            and isinstance(content.get("where"), dict)):
+        return None
+    return content
+
+
+def store(entry: str, vllm: str, observations: dict, where: dict) -> None:
+    _write(entry, {"vllm": vllm, "observations": observations, "where": where})
+
+
+def load_corpus(entry: str, notes: Notes) -> list | None:
     """The corpus traces kept for ``entry``, or None."""
+    content = _read(f"{entry}.corpus", notes)
     try:
-        data = json.loads(_path(f"{entry}.corpus").read_text(encoding="utf-8"))
-        if data.get("schema") != SCHEMA or data.get("key") != entry:
-            return None
-        return [loads(json.dumps(t), "cached corpus") for t in data["traces"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, TraceError):
+        return [loads(json.dumps(t), "cached corpus") for t in content] if isinstance(content, list) else None
+    except (ValueError, TypeError, AttributeError, TraceError):
         return None
 
 
 def store_corpus(entry: str, traces: list) -> None:
-    try:
-        write_atomic(_path(f"{entry}.corpus"), json.dumps({"schema": SCHEMA, "key": entry,
-                                                            "traces": [t.to_json() for t in traces]}) + "\n")
-    except OutputError:
-        pass
+    _write(f"{entry}.corpus", [t.to_json() for t in traces])
 
 
-def store(entry: str, vllm: str, observations: dict, where: dict) -> None:
-    """Best effort: a cache folder that cannot be written costs time, never the result."""
+def _state() -> dict[str, tuple]:
+    """Every file of the cache folder by path: what a change to it changes (a write cannot restore
+    its ``ctime``)."""
+    out = {}
+    for folder, _, names in os.walk(root() / FOLDER):
+        for name in names:
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                out[path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return out
+
+
+@contextlib.contextmanager
+def guard(notes: Notes):
+    """Around code the person named (a tree's modules): a cache file it changes or adds is removed
+    when it ends, with a line saying so."""
+    before = _state()
     try:
-        write_atomic(_path(entry), json.dumps({"schema": SCHEMA, "key": entry, "vllm": vllm,
-                                               "observations": observations, "where": where}) + "\n")
-    except OutputError:
-        pass
+        yield
+    finally:
+        after = _state()
+        for path in sorted(p for p, st in after.items() if before.get(p) != st):
+            notes.append(f"the cache entry {path} changed while the tree's code ran: removed (the next run rebuilds it)")
+            with contextlib.suppress(OSError):
+                os.unlink(path)

@@ -18,7 +18,6 @@ longer shows there is traded, not fixed.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,8 @@ from contract.core.properties import check
 from contract.core.trace import Trace
 from contract.real import corpus as corpus_mod
 from contract.real import judge
-from contract.real.installed import EnvironmentProblem, import_root
+from contract.real import provenance
+from contract.real.installed import EnvironmentProblem, import_root, package_of, replay_settings
 
 SAMPLE_EVERY = 10
 
@@ -44,41 +44,63 @@ class ObserveProblem(Exception):
 
 
 def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None, timeout: float | None,
-            what: str) -> dict:
+            what: str, version: str, release_pkg: Path) -> dict:
     """The traces replayed in ``python``'s vLLM (with ``tree``'s modules on top), by a child process
-    whose only way to report is its validated result."""
+    whose only way to report is its validated result: observations of exactly the traces asked
+    for, on the release asked for, by vLLM code from the release's files (and the tree's where the
+    tree's differ: ``contract/real/provenance.py``)."""
     try:
         root = import_root()
     except EnvironmentProblem as exc:
         raise ObserveProblem(str(exc)) from None
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-               VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
     payload = {"runner": family.name, "traces": [t.to_json() for t in traces],
                "tree": str(tree) if tree is not None else None}
     progress.stage("traces", len(traces), what)
-    try:
-        with progress.relayed() as reporting:  # the child counts the traces it replayed
-            outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,
-                                python=python, env=env | reporting)
+    try:  # the child counts the traces it replayed
+        outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,
+                            python=python, settings=replay_settings(), root=root, progress=True)
     except child.ChildProblem as exc:
         raise ObserveProblem(str(exc)) from None
     data = outcome.value
     if not isinstance(data, dict) or not isinstance(data.get("observations"), list):
         raise ObserveProblem(f"{what} returned no observations")
+    names = [o.get("name") if isinstance(o, dict) else None for o in data["observations"]]
+    if names != [t.name for t in traces]:
+        raise ObserveProblem(f"{what} returned observations of other traces than the {len(traces)} it was given")
+    if data.get("vllm") != version:
+        raise ObserveProblem(f"{what} ran vLLM {data.get('vllm')!r}, not {version}")
+    if not isinstance(data.get("where"), dict) or not isinstance(data.get("tree_modules"), list):
+        raise ObserveProblem(f"{what} returned observations without where its decisions were made")
+    try:
+        provenance.check_loaded(data.get("modules"), release_pkg, version, tree, data["tree_modules"])
+    except provenance.ProvenanceProblem as exc:
+        raise ObserveProblem(f"{what}: {exc}") from None
     return data
 
 
-def corpus(family: Family, release_policy, tree, kind: str, version: str) -> list[Trace]:
+def _release(python: Path, version: str) -> tuple[Path, str]:
+    """The release's installed ``vllm/`` (checked against its RECORD) and the digest of that RECORD."""
+    pkg = package_of(version, python.parent.parent.parent)
+    if pkg is None:
+        raise ObserveProblem(f"no vllm package in the environment of {python}")
+    try:
+        provenance.check_installed(pkg, version)
+    except provenance.ProvenanceProblem as exc:
+        raise ObserveProblem(str(exc)) from None
+    return pkg, provenance.digest(pkg)
+
+
+def corpus(family: Family, release_policy, tree, kind: str, entry: str, version: str,
+           notes: cache.Notes) -> list[Trace]:
     """The release policy's corpus (``covering``: one trace per observation cell; ``full``: every
     trace; kept in the cache with the base's observations), then, when the tree's rules are not the
     release's, the tree policy's covering traces of scenarios the first does not have."""
-    entry = f"{cache.key(version, family.name)}-{kind}"
-    chosen = cache.load_corpus(entry)
+    chosen = cache.load_corpus(f"{entry}-{kind}", notes)
     if chosen is None:
         progress.stage("", None, f"choosing the {kind} traces of vLLM {version}")
         traces = family.corpus(release_policy)
         chosen = corpus_mod.select(traces) if kind == "covering" else list(traces)
-        cache.store_corpus(entry, chosen)
+        cache.store_corpus(f"{entry}-{kind}", chosen)
     seen = {t.scenario for t in chosen}
     if tree.release is None:
         for t in corpus_mod.select(family.corpus(tree.policy)):
@@ -89,17 +111,16 @@ def corpus(family: Family, release_policy, tree, kind: str, version: str) -> lis
     return chosen
 
 
-def base_observations(python: Path, family: Family, version: str, traces: list[Trace],
-                      timeout: float | None) -> tuple[dict, dict, int]:
+def base_observations(python: Path, family: Family, version: str, traces: list[Trace], timeout: float | None,
+                      entry: str, release_pkg: Path, notes: cache.Notes) -> tuple[dict, dict, int]:
     """(trace name -> base observation, where, traces replayed now): from the release's cache (by
     what each trace replays, whatever its name), completed by a replay of the traces it lacks."""
-    entry = cache.key(version, family.name)
-    cached = cache.load(entry) or {"observations": {}, "where": {}}
+    cached = cache.load(entry, notes) or {"observations": {}, "where": {}}
     known = cached["observations"]
     digests = {t.name: cache.trace_digest(t) for t in traces}
     missing = [t for t in traces if digests[t.name] not in known]
     if missing:
-        data = observe(python, family, missing, None, timeout, f"the replay of vLLM {version}")
+        data = observe(python, family, missing, None, timeout, f"the replay of vLLM {version}", version, release_pkg)
         known.update({digests[o["name"]]: o for o in data["observations"]})
         cached["where"] = data["where"] | cached["where"]
         cache.store(entry, data["vllm"], known, cached["where"])
@@ -297,13 +318,14 @@ class BranchRun:
     base_observations: dict  # trace name -> vLLM's observation on the release
     branch_observations: dict  # trace name -> on the tree
     seconds: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what happened to the cache, one line each
 
     def to_json(self) -> dict:
         return {"vllm": self.version, "runner": self.family.name, "tree": str(self.review.tree.tree),
                 "base": self.review.base.said, "traces": self.selection.total,
                 "replayed": sorted(self.selection.names), "selection": self.selection.why,
                 "tree_modules": self.tree_modules, "base_from_cache": self.selection.total - self.base_replayed,
-                **self.differential.to_json(),
+                "cache_notes": list(self.notes), **self.differential.to_json(),
                 "changes": [{"trace": c.trace, "step": c.step, "event": c.event, "base": c.base, "branch": c.branch}
                             for c in self.changes]}
 
@@ -313,22 +335,28 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
     """The branch replay: corpus (``given`` replaces it), cached base, impact selection, branch side,
     classes; ``always`` are replayed whatever the selection (a root cause's witnesses)."""
     started = time.perf_counter()
-    traces = given if given is not None else corpus(family, release_policy, review.tree, kind, version)
+    release_pkg, release_digest = _release(python, version)
+    entry, notes = cache.key(version, family.name, release_digest), cache.Notes()
+    traces = given if given is not None else corpus(family, release_policy, review.tree, kind, entry, version, notes)
     traces = [*always, *traces]
     for i, t in enumerate(traces):
         t.name = t.name or f"trace-{i}"
-    base_all, where, base_replayed = base_observations(python, family, version, traces, timeout)
+    base_all, where, base_replayed = base_observations(python, family, version, traces, timeout, entry, release_pkg,
+                                                       notes)
     selection = select(traces, base_all, where, review,
                        "the traces given" if given is not None else "--corpus full" if kind == "full" else None)
     kept = selection.names | {t.name for t in always}
     chosen = [t for t in traces if t.name in kept]
     base_done = time.perf_counter()
-    data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}")
+    with cache.guard(notes):
+        data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}",
+                       version, release_pkg)
     branch_obs = {o["name"]: o for o in data["observations"]}
     base_obs = {t.name: base_all[t.name] for t in chosen}
     label = f"{Path(review.tree.tree).resolve().name} on vLLM {version}"
     d = compare(chosen, base_obs, branch_obs, label, f"vLLM {version}", family, data["vllm"])
     return BranchRun(family, version, review, chosen, selection, d, changes(chosen, base_obs, branch_obs),
                      data["tree_modules"], base_replayed, base_obs, branch_obs,
-                     {"base": round(base_done - started, 1), "branch": round(time.perf_counter() - base_done, 1)})
+                     {"base": round(base_done - started, 1), "branch": round(time.perf_counter() - base_done, 1)},
+                     list(notes))
 

@@ -24,6 +24,7 @@ def observe(payload: dict) -> dict:
     from contract.core.trace import loads
     from contract.families import by_name
     from contract.real.decisions import WHERE
+    from contract.real.provenance import loaded
 
     traces = [loads(json.dumps(t), "corpus") for t in payload["traces"]]
     session = by_name(payload["runner"]).session()
@@ -41,4 +42,4 @@ def observe(payload: dict) -> dict:
         observations.append({"name": trace.name, "steps": steps, "path": list(log.path) if log is not None else []})
         progress.advance()
     return {"vllm": session.version, "tree_modules": sorted(finder.taken) if finder else [],
-            "observations": observations, "where": dict(sorted(WHERE.items()))}
+            "observations": observations, "where": dict(sorted(WHERE.items())), "modules": loaded()}

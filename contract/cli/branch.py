@@ -13,8 +13,9 @@ import typer
 
 from contract.branch import conform as branch_conform
 from contract.branch.review import CONFORM, review
-from contract.cli.common import Terminal, checked_base, fail, load_tree, new_folder, resolve_base
+from contract.cli.common import Terminal, checked_base, default_reports, fail, load_tree, resolve_base
 from contract.core.output import OutputError, check_folder, publish
+from contract.core.policy import PolicyError
 from contract.core.trace import TraceError, load
 from contract.families import by_runner, load_policy
 from contract.real.installed import EnvironmentProblem, environment, missing, release
@@ -55,7 +56,7 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
     if not python.exists():
         fail(missing(chosen.release))
     if reports is None:
-        reports = new_folder(Path("cudagraph-contract-branch"))
+        reports = default_reports("branch", as_json)
     elif reports.resolve() == COMMITTED_REPORTS.resolve():
         fail(f"--reports {reports} is the project's committed reports/; write a branch's report elsewhere "
              "(omit --reports)")
@@ -69,7 +70,10 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
             given = [load(p) for t in traces for p in (sorted(t.rglob("*.json")) if t.is_dir() else [t])]
         except TraceError as exc:
             fail(str(exc))
-    r = review(tree, chosen, family)
+    try:
+        r = review(tree, chosen, family)
+    except PolicyError as exc:
+        fail(str(exc))
     say = Terminal(stderr=as_json, highlight=False, soft_wrap=True)
     for line in r.lines(CONFORM):
         say.print(line, markup=False)
@@ -84,6 +88,8 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
     say.print(f"replayed {len(run.traces)} traces on vLLM {run.version} and on {tree.tree} ({run.selection.why}; the "
               f"base side {'from the cache' if not run.base_replayed else f'replayed now for {run.base_replayed}'}); "
               f"modules taken from the tree: {', '.join(run.tree_modules) or 'none'}", markup=False)
+    for note in run.notes:
+        say.print(f"note: {note}", markup=False)
     from contract.reports import branch as branch_report
 
     try:

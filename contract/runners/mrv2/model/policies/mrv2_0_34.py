@@ -1,4 +1,4 @@
-"""Model Runner V2 in vLLM 0.34.0 (no MRV1 left): the model is never wrapped; managers own FULL graphs.
+"""The built-in policy ``mrv2_0_34``: ``DESCRIPTION``, and the rules it models.
 
 ``v1/worker/gpu/cudagraph_utils.py``: prefill token sizes and decode request sizes apart, decode
 graphs looked up per query length (``_decode_descs``), breakable read from
@@ -10,5 +10,8 @@ graphs looked up per query length (``_decode_descs``), breakable read from
 
 from contract.runners.mrv2.model.policy import Mrv2Policy
 
-POLICY = Mrv2Policy("mrv2_0_34", "0.34", description=__doc__.strip().splitlines()[0],
+# Data rather than the docstring, which ``python -OO`` drops.
+DESCRIPTION = "Model Runner V2 in vLLM 0.34.0 (no MRV1 left): the model is never wrapped; managers own FULL graphs."
+
+POLICY = Mrv2Policy("mrv2_0_34", "0.34", description=DESCRIPTION,
                     extensible_kv_cache_skips_profiling=True)
