@@ -145,3 +145,9 @@ def progressing(payload):
         progress.advance()
         time.sleep(payload["sleep"])
     return os.environ.get(progress.ENV, "")
+
+
+def writes_a_result_of_its_own(_payload):
+    """Named code that writes to the result's descriptor itself, then returns."""
+    os.write(child._result_fd, b'{"value": "forged"}')
+    return "the true result"

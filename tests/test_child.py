@@ -182,6 +182,15 @@ def test_the_child_dies_with_its_parent(tmp_path, sig):
         assert wait_gone(pid), f"the child {pid} outlived its parent killed by {sig.name}"
         if sig != signal.SIGKILL:  # a parent killed outright removes nothing
             assert not list(temporary.iterdir()), f"a parent ended by {sig.name} left its call's folder"
+        else:  # ... and the next call removes what it left
+            assert list(temporary.iterdir())
+            previous = tempfile.tempdir
+            tempfile.tempdir = str(temporary)
+            try:
+                run("echo", 1)
+            finally:
+                tempfile.tempdir = previous
+            assert not list(temporary.iterdir()), "the folder a killed parent left outlived the next call"
     finally:
         parent.kill()
         parent.wait()
@@ -308,3 +317,9 @@ def test_a_child_cannot_write_to_the_parents_stdout(tmp_path):
                        check=True, **as_user)
     text = out.read_text()
     assert "FORGED" not in text and text.startswith("refused"), text
+
+
+def test_a_result_written_beside_the_childs_own_is_no_result():
+    """The parent reads one JSON document from the pipe it made; two are an unreadable result, never
+    the first one's value."""
+    assert "wrote an unreadable result" in problem("writes_a_result_of_its_own")

@@ -32,12 +32,15 @@ def newest_patch(folder: Path) -> tuple[str, str]:
 
 def fix_check(patch: Path, release: str, folder: Path, reports: Path) -> tuple[int, dict, str]:
     """The verdict, with a home folder of its own: neither the replay nor vLLM's unit test writes there
-    (vLLM's cache goes to the tool's cache folder, shared with the other tests as before)."""
+    (vLLM's cache goes to the tool's cache folder, shared with the other tests as before); and with the
+    caller's settings that would change how the unit test runs (``-n 2`` needs a plugin the release's
+    environment lacks; optimised bytecode drops asserts), which never reach it."""
     require(release)
     home = reports.parent / "home"
     done = subprocess.run([sys.executable, "-m", "contract.cli", "fix-check", str(patch), "--vllm", release,
                            "--root-cause", str(folder), "--corpus", "witnesses", "--json", "--reports", str(reports)],
-                          cwd=ROOT, env=run_env(HOME=str(home), CUDAGRAPH_CONTRACT_CACHE=str(cache_root())),
+                          cwd=ROOT, env=run_env(HOME=str(home), CUDAGRAPH_CONTRACT_CACHE=str(cache_root()),
+                                      PYTEST_ADDOPTS="-n 2", PYTHONOPTIMIZE="1"),
                           capture_output=True, text=True, timeout=900)
     assert done.stdout, done.stderr[-2000:]
     assert not home.exists(), sorted(p.relative_to(home) for p in home.rglob("*"))[:5]

@@ -374,3 +374,23 @@ def test_a_reader_gone_before_the_output_is_141(argv):
     err = proc.stderr.read().decode()
     proc.stderr.close()
     assert proc.wait(timeout=LIMIT_S) == 141 and err == "", err
+
+
+def test_conform_refuses_a_summary_that_does_not_answer_its_request(tmp_path):
+    """The child's summary names the release, runner and policy it ran: one asked for another is refused."""
+    from contract.cli.conform import ConformProblem, _checked
+
+    report = tmp_path / "report.md"
+    report.write_text("")
+    counts = dict.fromkeys(("trace_files", "not_replayed_mrv2", "not_replayed_other", "generated_traces", "steps",
+                            "agreeing_steps", "disagreeing_traces"), 0)
+    summary = {**counts, "disagreements": [], "vllm": "0.34.0", "policy": "mrv2_0_34", "report": str(report),
+               "load_model_block": {}}
+    asked = {"runner": "auto", "policy": None}
+    assert _checked({"runner": "mrv2", "summary": summary}, tmp_path, asked, "0.34.0")
+    for value, request, version, needle in [
+            (summary | {"vllm": "0.33.0"}, asked, "0.34.0", "not of vLLM 0.34.0"),
+            (summary, asked | {"policy": "mrv2_0_33"}, "0.34.0", "not --policy mrv2_0_33"),
+            (summary, asked | {"runner": "mrv1"}, "0.34.0", "not of --runner mrv1")]:
+        with pytest.raises(ConformProblem, match=needle):
+            _checked({"runner": "mrv2", "summary": value}, tmp_path, request, version)

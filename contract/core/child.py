@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.core import progress as progress_mod
 from contract.core.output import one_line
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -409,7 +410,7 @@ def printable(text: str) -> str:
 
 class _Reader(threading.Thread):
     """Reads one of the child's pipes to its end, keeping at most ``limit`` bytes (the last ones, or
-    with ``first`` the first ones and a mark that more came); ``relay`` receives each chunk too."""
+    with ``first`` the first ones; ``size`` counts them all); ``relay`` receives each chunk too."""
 
     def __init__(self, fd: int, limit: int, relay=None, first: bool = False):
         super().__init__(daemon=True, name="cudagraph-contract-child-reader")
@@ -521,10 +522,15 @@ def _ended(how: dict, what: str, program: str, stderr: str) -> int:
     if "signal" in how:
         raise ChildProblem(f"{what} was killed by {_signal_name(how['signal'])}")
     if "exit" not in how:
-        last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
         raise ChildProblem(f"{what} ended without saying how (launcher status {how.get('launcher')})"
-                           + (f": {last.strip()}" if last else ""))
+                           f"{_last_line(stderr)}")
     return how["exit"]
+
+
+def _last_line(stderr: str) -> str:
+    """``": <the last line the child wrote to stderr>"``, or nothing."""
+    last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+    return f": {last.strip()}" if last else ""
 
 
 def _runnable(python: str, what: str) -> None:
@@ -555,8 +561,6 @@ def run(target: str, payload, *, what: str, timeout: float | None = DEFAULT_TIME
     variables the tool gives the child on top of ``environment()``; ``root`` is the folder the child
     imports the project from. ``stream_stderr`` relays the child's stderr (vLLM's log) to the
     parent's, escaped; ``progress`` relays the stages the child reports (``contract.core.progress``)."""
-    from contract.core import progress as progress_mod
-
     python = str(python)
     _runnable(python, what)
     with call_folder() as folder:
@@ -577,9 +581,7 @@ def run(target: str, payload, *, what: str, timeout: float | None = DEFAULT_TIME
         code = _ended(how, what, python, stderr)
         text = reader.data
         if not text:
-            last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
-            raise ChildProblem(f"{what} exited with status {code} before reporting a result"
-                               + (f": {last.strip()}" if last else ""))
+            raise ChildProblem(f"{what} exited with status {code} before reporting a result{_last_line(stderr)}")
         try:
             if reader.size > MAX_RESULT:
                 raise ValueError(f"larger than {MAX_RESULT >> 20} MiB")
