@@ -8,8 +8,13 @@ without either, failed under ``CONTRACT_REQUIRE_VLLM=1``)."""
 
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from contract.branch import tree as branch
@@ -106,3 +111,63 @@ def test_released_0_34_tree_reads_as_its_release(tmp_path):
     path.write_text(text.replace(released, "self.cudagraph_mode.has_piecewise_cudagraphs()"))
     found = branch.load(edited)
     assert found.release is None and {"P1", "P3"} <= set(explore(found.policy, first_only=True).counterexamples)
+
+
+# -- a tree is data: only regular files are read ------------------------------------------------------
+
+def _odd_tree(root: Path, odd: str, make) -> Path:
+    tree = mrv2_tree(root)
+    path = tree / "vllm" / odd
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make(path)
+    return tree
+
+
+ODD = {
+    "a FIFO in place of a release file": ("config/compilation.py", os.mkfifo, "is a FIFO, not a regular file"),
+    "a FIFO the release lacks": ("v1/worker/gpu/extra.py", os.mkfifo, "is a FIFO, not a regular file"),
+    "a link to /dev/zero": ("envs.py", lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file"),
+    "a file too large to be a source": ("config/vllm.py", lambda p: p.write_bytes(b"#" * (17 << 20)),
+                                        "is 17 MiB; a source file of vLLM's is far smaller"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD))
+def test_an_odd_file_in_a_tree_is_one_line(name, tmp_path):
+    """Compared with the installed release (``--base 0.34.0``): the reader neither blocks nor fills
+    memory; one line, exit 2, within seconds."""
+    released_0_34()
+    rel, make, needle = ODD[name]
+    tree = _odd_tree(tmp_path / "tree", rel, make)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "contract.cli", "verify", "--vllm-src", str(tree), "--base", "0.34.0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < 60
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and needle in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_an_unreadable_file_or_folder_in_a_tree_is_one_line(what):
+    """As a user who cannot read it (root reads everything, so the command runs as nobody)."""
+    released_0_34()
+    work = Path(tempfile.mkdtemp(prefix="unreadable-"))
+    try:
+        os.chmod(work, 0o755)
+        tree = mrv2_tree(work / "tree")
+        hidden = tree / "vllm" / "config" / ("secret.py" if what == "file" else "secret")
+        hidden.parent.mkdir(parents=True, exist_ok=True)
+        hidden.write_text("x = 1\n") if what == "file" else hidden.mkdir()
+        hidden.chmod(0)
+        as_user = {"user": 65534, "group": 65534, "extra_groups": []} if os.getuid() == 0 else {}
+        done = subprocess.run([sys.executable, "-m", "contract.cli", "verify", "--vllm-src", str(tree), "--base",
+                               "0.34.0"], cwd=work, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HOME": str(work), "CUDAGRAPH_CONTRACT_CACHE": str(work / "cache")},
+                              **as_user)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert f"{hidden} cannot be read: Permission denied" in lines[0], done.stderr
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(work)])
+        shutil.rmtree(work, ignore_errors=True)
