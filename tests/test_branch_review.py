@@ -85,8 +85,8 @@ def runs(tmp_path_factory, request):
                 {"PYTHONPATH": str(tree), "PYTHONOPTIMIZE": "1", "PYTEST_ADDOPTS": "-x", "VLLM_USE_V2_MODEL_RUNNER": "0"})
         unedited = trees.copy(release, work / f"{release}-unedited")
         every = [x for a in WITNESS for x in ("--traces", work / f"{release}-{a}.json")]
-        jobs[(release, "unedited", "conform")] = ("conform", "--vllm-src", unedited, *every,
-                                                  "--reports", work / f"report-{release}-unedited")
+        # No --reports: the report goes to the cache folder, never into the folder it runs from.
+        jobs[(release, "unedited", "conform")] = ("conform", "--vllm-src", unedited, *every)
         jobs[(release, "unedited", "verify")] = ("verify", "--vllm-src", unedited, "--profile", "dev")
     jobs = {key: args for key, args in jobs.items() if key in selected}
     elsewhere = tmp_path_factory.mktemp("cwd")
@@ -139,10 +139,14 @@ def test_verify_reads_an_edited_tree_and_says_what_it_does_not_read(runs, releas
 
 @pytest.mark.parametrize("release", per_kind(RELEASES, {"0.34.0"}))
 def test_an_unedited_tree_has_nothing_new(runs, release):
-    done, *_ = runs
+    done, _, _, (work, env, cwd, _) = runs
     proc = done[(release, "unedited", "conform")]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 new" in proc.stdout and "the tree's files equal the base's" in proc.stdout
+    report = Path(proc.stdout.strip().splitlines()[-1].removeprefix("report: "))
+    assert report.is_file() and report.is_relative_to(Path(env["CUDAGRAPH_CONTRACT_CACHE"]) / "reports" / "branch")
+    assert f"the report goes to {report.parent}" in proc.stderr
+    assert not list(cwd.iterdir()), "a branch run wrote into the folder it ran from"
     verify = done[(release, "unedited", "verify")]
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert f"recognised as vLLM {release}'s Model Runner V2" in verify.stdout

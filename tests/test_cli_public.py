@@ -4,6 +4,7 @@ more by ``make test`` with the lowest versions ``pyproject.toml`` allows (``.ven
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -144,3 +145,105 @@ def test_an_open_stdout_keeps_the_verdict(cli):
     """The control: with the reader there, a counterexample is still exit 1."""
     done = cli("replay", TRACE, "--policy", "pr56312_draft")
     assert done.returncode == 1 and done.stdout
+
+
+def shell(command: str, **env: str) -> subprocess.CompletedProcess:
+    """``command`` (with ``CLI`` for the entry point) through a shell, as a person types it."""
+    line = command.replace("CLI", f"{sys.executable} -m contract.cli")
+    return subprocess.run(["bash", "-c", line], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                          capture_output=True, timeout=300)
+
+
+def one_error_line(err: bytes) -> str:
+    text = err.decode()
+    assert "Traceback" not in text and "Exception ignored" not in text, text
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), text
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", CLOSED, ids=lambda a: " ".join(map(str, a[:2])))
+def test_no_stdout_at_all_is_141_when_something_was_said(argv):
+    """``>&-``: the descriptor is not there; what the command says goes nowhere, so 141, never 1."""
+    done = shell("CLI " + " ".join(map(str, argv)) + " >&-")
+    assert done.returncode == 141, (done.returncode, done.stderr)
+    assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr, done.stderr
+
+
+def test_no_stdout_and_nothing_to_say_keeps_the_verdict(tmp_path):
+    """``--quiet``: nothing was to go to stdout, so the exit code is the verdict."""
+    mine = tmp_path / "my_branch.py"
+    mine.write_text("from contract.api import Stacks\n\n\ndef load_model(ctx):\n"
+                    "    return Stacks(ctx.model, ctx.drafter_model)  # forgets every wrapper\n")
+    assert shell(f"CLI verify --policy {mine} --quiet >&-").returncode == 1
+
+
+@pytest.mark.parametrize("argv", [["replay", TRACE, "--json"], ["--version"], ["env", "list", "--json"],
+                                  ["verify", "--policy", "vllm_0_30", "--json"]], ids=lambda a: " ".join(map(str, a[:2])))
+def test_a_full_stdout_is_one_line_and_exit_2(argv):
+    done = shell("CLI " + " ".join(map(str, argv)) + " >/dev/full")
+    assert done.returncode == 2, done.stderr
+    assert "standard output cannot be written (No space left on device)" in one_error_line(done.stderr)
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_an_encoding_without_the_characters_gets_them_escaped(encoding):
+    """A stdout whose encoding lacks "—" and the box characters (a C locale, a latin-1 terminal)."""
+    done = shell(f"CLI replay {TRACE}", PYTHONIOENCODING=encoding, LC_ALL="C")
+    assert done.returncode in (0, 1) and b"Traceback" not in done.stderr, done.stderr
+    assert done.stdout.decode(encoding)
+
+
+def test_columns_0_still_shows_the_error():
+    done = shell("CLI verify --policy no_such_policy", COLUMNS="0")
+    assert "unknown policy 'no_such_policy'" in one_error_line(done.stderr)
+
+
+def test_control_characters_in_a_file_name_reach_the_terminal_escaped(tmp_path):
+    """An escape sequence (clear the screen, set the window title) in the name of the report folder."""
+    folder = tmp_path / "r\x1b[2J\x1b]0;owned\x07"
+    done = shell(f"CLI report --policy vllm_0_30 --out '{folder}'")
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert b"\x1b" not in said and b"\x07" not in said and b"\\x1b[2J" in said, said
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "-3", "nan", "inf", "1e10"])
+def test_a_timeout_out_of_range_is_one_line(value, cli):
+    done = cli("verify", "--policy", "vllm_0_30", "--timeout", value)
+    assert done.returncode == 2 and "must be a number of seconds from 1 to 604800" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("extra", [["--policy", "pr56312_draft", "--base", "vllm_0_30"],
+                                   pytest.param(["--vllm-src", "TREE"], marks=pytest.mark.evidence)],
+                         ids=["base", "vllm-src"])
+def test_report_json_is_the_whole_stdout(extra, tmp_path, cli):
+    """With a differential (``--base``) or a tree's review (``--vllm-src``), ``--json``'s stdout is the
+    JSON alone; what the command says about its choices goes to stderr."""
+    from test_vllm_src_mrv2 import mrv2_tree
+
+    extra = [str(mrv2_tree(tmp_path / "tree")) if a == "TREE" else a for a in extra]
+    done = cli("report", "--out", tmp_path / "r", *extra, "--profile", "dev", "--seed", "1", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    assert isinstance(json.loads(done.stdout), dict), done.stdout[:300]
+    assert ": base " in done.stderr
+
+
+def test_a_verdict_never_contradicts_the_classes_of_its_run(cli):
+    """``--profile dev``'s 150 examples miss vllm_0_30's P0 and P4 with seed 2; the explorer of the same
+    run shows both, so the table says they fail (as expected), never "holds, UNEXPECTED"."""
+    done = cli("verify", "--policy", "vllm_0_30", "--profile", "dev", "--seed", "2", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = json.loads(done.stdout)["vllm_0_30"]
+    for pid in ("P0", "P4"):
+        assert verdicts[pid]["holds"] is False and verdicts[pid]["classes"], verdicts[pid]
+        assert verdicts[pid]["trace"]["origin"]["engine"] == "explorer"
+
+
+def test_without_a_seed_one_is_drawn_said_and_replays(cli):
+    first = cli("verify", "--policy", "pr56312_draft", "--profile", "dev")
+    seed = re.search(r"seed (\d+) \(drawn for this run; --seed \1 replays it\)", first.stdout)
+    assert seed, first.stdout
+    again = cli("verify", "--policy", "pr56312_draft", "--profile", "dev", "--seed", seed.group(1))
+    assert again.stdout == first.stdout.replace(seed.group(0) + "\n", "")

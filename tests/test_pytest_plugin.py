@@ -11,6 +11,16 @@ pytest_plugins = ("pytester",)
 SAME_AS_0_30 = NESTED_FULL.replace("runtime_mode=FULL)\n        if drafter", "runtime_mode=PIECEWISE)\n        if drafter")
 
 
+@pytest.fixture(autouse=True)
+def _time_limit_restored():
+    """The plugin sets the child's time limit of the process it runs in, pytester's in-process runs
+    included: the next test starts from the default again."""
+    yield
+    from contract.core import child
+
+    child.set_time_limit(child.DEFAULT_TIMEOUT_S)
+
+
 def test_the_entry_point_is_registered():
     names = {e.name: e.value for e in importlib.metadata.entry_points(group="pytest11")}
     assert names.get("cudagraph_contract") == "contract.plugin"
@@ -64,3 +74,19 @@ def test_a_policy_file_runs_in_a_child_not_in_pytest(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*cudagraph-contract: policy file {policy} exited with status 0 before reporting a "
                                  "result*"])
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_timeout_out_of_range_is_a_usage_error_naming_the_plugins_option(pytester, value):
+    policy = pytester.makepyfile(same_as_0_30=SAME_AS_0_30)
+    result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-timeout", value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cudagraph-contract: --cudagraph-contract-timeout must be a number of seconds "
+                                 "from 1 to 604800*"])
+
+
+def test_a_looping_policy_file_is_stopped_and_the_message_names_the_plugins_option(pytester):
+    policy = pytester.makepyfile(loops="while True:\n    pass\n")
+    result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-timeout", "1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*did not finish within 1 s; pass --cudagraph-contract-timeout to allow more*"])

@@ -2,7 +2,10 @@
 
 Exit codes: 0 the contract holds as expected; 1 a counterexample where none was expected (or an
 expected one no longer found); 2 bad input or environment; 141 the reader of standard output went
-away (``cudagraph-contract verify | head -1``), never 1, since no verdict was delivered.
+away (``cudagraph-contract verify | head -1``), or there was none (``>&-``) and the command had
+something to say, never 1, since no verdict was delivered. Standard output that cannot be written
+(a full disk, ``/dev/full``) is one line on stderr and exit 2; a character its encoding cannot say
+is written escaped (``\u2026``), never an error.
 
 Only typer's and click's public API is used, so every typer from 0.12 works: typer 0.26 and later
 carry their own copy of click, whose exceptions are told apart here by their public attributes
@@ -11,11 +14,14 @@ carry their own copy of click, whose exceptions are told apart here by their pub
 
 from __future__ import annotations
 
+import errno
 import inspect
+import io
 import os
 import select
 import stat
 import sys
+import tempfile
 import types
 import typing
 
@@ -169,29 +175,106 @@ def run(argv: list[str]) -> int:
     return result if isinstance(result, int) else 0
 
 
+class StdoutFailed(Exception):
+    """Standard output cannot be written (not a closed pipe: that is ``BrokenPipeError``)."""
+
+
+class _Guarded(io.RawIOBase):
+    """A standard stream's descriptor whose failed write is ``StdoutFailed``, whatever library wrote."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+    def write(self, data) -> int:
+        try:
+            return os.write(self.fd, data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise BrokenPipeError(*exc.args) from None
+            raise StdoutFailed(exc.strerror or str(exc)) from None
+
+
+def _stream(fd: int, old) -> io.TextIOWrapper:
+    """The standard stream ``fd`` through ``_Guarded``, in its encoding but with characters it cannot
+    say escaped."""
+    encoding = getattr(old, "encoding", None) or "utf-8"
+    return io.TextIOWrapper(io.BufferedWriter(_Guarded(fd)), encoding=encoding, errors="backslashreplace",
+                            line_buffering=os.isatty(fd), write_through=False)
+
+
+def _standard_streams() -> bool:
+    """Standard output and error as the command writes them (``_stream``); a descriptor the caller
+    closed (``>&-``) becomes a temporary file (stdout, whose size then says whether anything was lost)
+    or /dev/null (stderr). True when stdout was closed."""
+    closed = False
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if _identity(fd) is None:
+            if fd == 1:
+                new, path = tempfile.mkstemp(prefix="cudagraph-contract-stdout-")
+                os.unlink(path)
+            else:
+                new = os.open(os.devnull, os.O_WRONLY)
+            if new != fd:  # else the lowest free descriptor landed in place already
+                os.dup2(new, fd)
+                os.close(new)
+            closed = closed or fd == 1
+        old = getattr(sys, name)
+        if old is None or getattr(old, "fileno", None) is not None and _fd_of(old) == fd:
+            setattr(sys, name, _stream(fd, old))
+    return closed
+
+
+def _fd_of(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _unwritable(exc: StdoutFailed) -> int:
+    silence_stdout()
+    error(f"standard output cannot be written ({exc}); files already written are intact")
+    return 2
+
+
 def main(argv: list[str] | None = None) -> None:
+    closed_from_start = _standard_streams()
     before = _identity(1)
     try:
         code = run(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
         code = CLOSED_STDOUT
+    except StdoutFailed as exc:
+        code = _unwritable(exc)
     except SystemExit as exc:  # rich and click end a write to a closed pipe with exit 1
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if code == 130:
         err.print("interrupted; reports already written are intact")
-    if code not in (0, 2):
-        try:
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError):
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # what the command said went nowhere
+        if code != 2:
             code = CLOSED_STDOUT
-        if code == CLOSED_STDOUT or _stdout_closed(before):
-            code = CLOSED_STDOUT
-            silence_stdout()
-    else:
-        try:
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError):
-            silence_stdout()
+        silence_stdout()
+    except StdoutFailed as exc:
+        code = _unwritable(exc)
+    if code not in (0, 2) and _stdout_closed(before):
+        code = CLOSED_STDOUT
+        silence_stdout()
+    if closed_from_start and code != 2 and os.fstat(1).st_size > 0:
+        code = CLOSED_STDOUT  # what the command said went nowhere
     sys.exit(code)
 
 

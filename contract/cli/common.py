@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from contract.core.child import DEFAULT_TIMEOUT_S, set_time_limit  # noqa: F401 - for the commands
+from contract.core.child import DEFAULT_TIMEOUT_S, printable, set_time_limit  # noqa: F401 - for the commands
 from contract.core.output import OutputError, one_line
 from contract.core.policy import PolicyError
 from contract.core.trace import TraceError
@@ -36,9 +36,23 @@ def silence_stdout() -> int:
     return CLOSED_STDOUT
 
 
+def _width() -> int | None:
+    """``COLUMNS`` as rich reads it, except 0, which would print nothing at all: then 80."""
+    return 80 if os.environ.get("COLUMNS", "").strip() == "0" else None
+
+
 class Terminal(Console):
     """A rich console that, when its reader has gone (`| head`), stops the command with
-    ``CLOSED_STDOUT`` instead of rich's exit 1 (which reads as "a counterexample")."""
+    ``CLOSED_STDOUT`` instead of rich's exit 1 (which reads as "a counterexample"); text it is given
+    reaches the terminal as text (control characters in a file name or a trace field are escaped,
+    ``contract.core.child.printable``), and a ``COLUMNS=0`` prints at 80 columns."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("width", _width())
+        super().__init__(*args, **kwargs)
+
+    def print(self, *objects, **kwargs) -> None:
+        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -47,6 +61,11 @@ class Terminal(Console):
 
 out = Terminal(highlight=False)
 err = Terminal(stderr=True, highlight=False)
+
+
+def say(line: str) -> None:
+    """A line of plain output on stdout, control characters escaped (a file name may hold them)."""
+    typer.echo(printable(line))
 
 
 def error(message: str) -> None:
@@ -94,8 +113,21 @@ def unique_names(policies) -> None:
         fail(str(exc))
 
 
-TIMEOUT_OPTION = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", min=1, help="Seconds a policy file or a vLLM tree's "
-                              "rules may run (in a child process of their own) before the command stops them.")
+def timeout_seconds(value: float | None) -> float | None:
+    """A ``--timeout`` from 1 s to a week, finite (``contract.core.child.checked_timeout``)."""
+    from contract.core.child import checked_timeout
+
+    if value is None:
+        return None
+    try:
+        return checked_timeout(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).removeprefix("--timeout ")) from None
+
+
+TIMEOUT_OPTION = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", callback=timeout_seconds, help="Seconds a policy file "
+                              "or a vLLM tree's rules may run (in a child process of their own) before the command "
+                              "stops them; 1 to 604800.")
 
 
 def check_out(folder: Path | None, option: str = "--out") -> None:
@@ -217,6 +249,19 @@ def new_folder(stem: Path) -> Path:
     return candidate
 
 
+def default_reports(command: str, quiet: bool = False) -> Path:
+    """Where a command writes a branch's report unless told: a new folder under ``reports/`` in the
+    tool's cache folder, never in the caller's working folder (a checkout under review); said on
+    stderr before the work."""
+    from contract.real.installed import cache_root
+
+    folder = new_folder(cache_root().absolute() / "reports" / command)
+    if not quiet:
+        err.print(f"the report goes to {folder} (--reports/--out to choose)", soft_wrap=True, highlight=False,
+                  markup=False)
+    return folder
+
+
 def checked_base(base: str | None) -> str | None:
     """``--base`` refused in one line before any work."""
     if base is None:
@@ -251,7 +296,10 @@ def say_review(console, tree, chosen, command: str) -> None:
     from contract.families import by_runner
 
     family = by_runner(tree.policy.runner)
-    r = review(tree, chosen, family)
+    try:
+        r = review(tree, chosen, family)
+    except PolicyError as exc:
+        fail(str(exc))
     for line in r.lines(command):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     if command == VERIFY:

@@ -13,10 +13,10 @@ from typing import Optional
 
 import typer
 
-from contract.cli.common import fail
+from contract.cli.common import fail, say, timeout_seconds
 from contract.core import child
 from contract.core.child import DEFAULT_TIMEOUT_S, set_time_limit
-from contract.real.installed import EnvironmentProblem, checkout, import_root
+from contract.real.installed import EnvironmentProblem, checkout, import_root, replay_settings
 
 CHECKOUT = checkout()  # None for an installed wheel: no tests/traces, no committed reports/
 ROOT = CHECKOUT or Path(__file__).resolve().parents[2]
@@ -50,25 +50,30 @@ def _python_of(vllm: str) -> Path:
 def _delegate(vllm: str, options: dict, timeout: float | None) -> dict:
     """The replay run by a child in another interpreter (``contract.core.child``): it returns the
     run's summary, which the parent checks; the child's exit status decides nothing."""
+    from contract.cli.progress import shown
+
     python = _python_of(vllm)
     what = f"the replay under {python}"
     try:
-        root = import_root()
-        value = child.run("contract.cli.conform:replay_in_child", options, what=what, timeout=timeout,
-                          python=python, env=child.project_env(root), stream_stderr=True).value
+        with shown("conform"):
+            value = child.run("contract.cli.conform:replay_in_child", options, what=what, timeout=timeout,
+                              python=python, settings=replay_settings(), root=import_root(), stream_stderr=True,
+                              progress=True).value
     except (child.ChildProblem, EnvironmentProblem) as exc:
         fail(str(exc))
     if isinstance(value, dict) and isinstance(value.get("problem"), str):
         fail(value["problem"])
     try:
-        return _checked(value, Path(options["reports"]))
+        return _checked(value, Path(options["reports"]), options, vllm if not Path(vllm).exists() else None)
     except ConformProblem as exc:
         fail(f"{what} returned {exc}")
 
 
-def _checked(value: object, reports: Path) -> dict:
-    """A result the child wrote, checked before anything is decided from it: a summary whose counts
-    agree with its disagreements, and a report that exists in ``reports``."""
+def _checked(value: object, reports: Path, asked: dict, version: str | None) -> dict:
+    """A result the child wrote, checked before anything is decided from it: a summary of the run it
+    was asked for (``asked``: runner and policy; ``version``: the release, where a version named the
+    environment), whose counts agree with its disagreements, and a report that exists in
+    ``reports``."""
     if not isinstance(value, dict) or not isinstance(value.get("summary"), dict) or value.get("runner") not in RUNNERS:
         raise ConformProblem("no summary")
     summary = value["summary"]
@@ -87,6 +92,12 @@ def _checked(value: object, reports: Path) -> dict:
     for key in ("vllm", "policy", "report"):
         if not isinstance(summary.get(key), str):
             raise ConformProblem(f"a summary without {key}")
+    if version is not None and summary["vllm"] != version:
+        raise ConformProblem(f"a summary of vLLM {summary['vllm']}, not of vLLM {version} it was asked for")
+    if asked.get("runner") not in (None, "auto") and value["runner"] != asked["runner"]:
+        raise ConformProblem(f"a summary of {value['runner']}, not of --runner {asked['runner']}")
+    if asked.get("policy") and summary["policy"] != asked["policy"]:
+        raise ConformProblem(f"a summary compared with policy {summary['policy']}, not --policy {asked['policy']}")
     if not isinstance(summary.get("load_model_block"), dict):
         raise ConformProblem("a summary without load_model_block")
     checks = summary.get("device_checks")
@@ -149,9 +160,9 @@ def conform(
                                             "violation classes vLLM's own code shows new, fixed and inherited."),
     base: Optional[str] = typer.Option(None, "--base", help="With --vllm-src: auto (default: the installed "
                                        "release whose files differ least from the tree's) or a release (0.34.0)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Seconds a replay in the release's "
-                                            "environment, or a tree's rules, may take (default: 300 with --vllm-src, "
-                                            "else none for the replay)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", callback=timeout_seconds, help="Seconds a replay in "
+                                            "the release's environment, or a tree's rules, may take (default: 300 "
+                                            "with --vllm-src, else none for the replay); 1 to 604800."),
     policy_name: Optional[str] = typer.Option(None, "--policy", help="Compare with this built-in policy instead "
                                               "of the one modelling the release (a negative control)."),
     allow_lost_graphs: bool = typer.Option(False, "--allow-lost-graphs", help="With --vllm-src: exit 0 even where "
@@ -279,19 +290,19 @@ def _say(result: dict, as_json: bool) -> None:
     else:
         block, version, policy = summary["load_model_block"], summary["vllm"], summary["policy"]
         if result["runner"] == "mrv2":
-            typer.echo(f"vLLM {version} (Model Runner V2): compared with policy {policy}; blocks run from {block.get('where')}")
+            say(f"vLLM {version} (Model Runner V2): compared with policy {policy}; blocks run from {block.get('where')}")
         else:
-            typer.echo(f"vLLM {version}: compared with policy {policy}; load_model block {block.get('where')}: "
+            say(f"vLLM {version}: compared with policy {policy}; load_model block {block.get('where')}: "
                        + (f"known revision {block['revision']}" if block.get("revision")
                           else f"UNKNOWN revision (sha256 {str(block.get('digest'))[:16]}), compared by version only"))
-        typer.echo(f"traces: {summary['trace_files']} files ({summary['not_replayed_mrv2']} MRV2 and "
+        say(f"traces: {summary['trace_files']} files ({summary['not_replayed_mrv2']} MRV2 and "
                    f"{summary['not_replayed_other']} others not replayed), {summary['generated_traces']} generated")
         pct = f" ({100 * summary['agreeing_steps'] / summary['steps']:.2f}%)" if summary["steps"] else ""
-        typer.echo(f"steps: {summary['agreeing_steps']} of {summary['steps']} agree{pct}")
+        say(f"steps: {summary['agreeing_steps']} of {summary['steps']} agree{pct}")
         for d in summary["disagreements"]:
-            typer.echo(f"disagreement: {d['name']}: steps {', '.join(str(x.get('step')) for x in d['disagreements'])}")
+            say(f"disagreement: {d['name']}: steps {', '.join(str(x.get('step')) for x in d['disagreements'])}")
         if checks is not None:
-            typer.echo(f"cuda: {checks.get('graphs_captured')} graphs captured, {checks.get('replays_checked')} replays "
+            say(f"cuda: {checks.get('graphs_captured')} graphs captured, {checks.get('replays_checked')} replays "
                        f"checked against eager, {len(checks['failures'])} device check failures")
-        typer.echo(f"report: {summary['report']}")
+        say(f"report: {summary['report']}")
     raise typer.Exit(1 if summary["disagreements"] or (checks and checks["failures"]) else 0)

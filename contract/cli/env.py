@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from contract.cli.common import err, fail
+from contract.cli.common import err, fail, say
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -51,7 +51,7 @@ def make(
     except envs.EnvProblem as exc:
         fail(str(exc))
     for line in lines:
-        typer.echo(line)
+        say(line)
 
 
 @app.command("list")
@@ -71,12 +71,12 @@ def list_(
         sys.stdout.write(json.dumps({"search_path": [str(f) for f in search_path()], "new": str(envs_dir()),
                                      "environments": found}, indent=1) + "\n")
         return
-    typer.echo(f"looked for in: {', '.join(str(f) for f in search_path())}")
-    typer.echo(f"env make puts new ones in: {envs_dir()}")
+    say(f"looked for in: {', '.join(str(f) for f in search_path())}")
+    say(f"env make puts new ones in: {envs_dir()}")
     for e in found:
-        typer.echo(f"{e['version']:<10} {e['path']}" + ("" if e["complete"] else "  (incomplete: run env make again)"))
+        say(f"{e['version']:<10} {e['path']}" + ("" if e["complete"] else "  (incomplete: run env make again)"))
     if not found:
-        typer.echo("none yet: cudagraph-contract env make 0.34.0")
+        say("none yet: cudagraph-contract env make 0.34.0")
 
 
 @app.command("path")

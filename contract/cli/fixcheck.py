@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from contract.branch import base as base_mod
 from contract.branch import conform as branch_conform
@@ -27,7 +25,16 @@ from contract.branch.fixcheck import (
     run_test,
 )
 from contract.branch.review import review
-from contract.cli.common import RUNNER_OPTION, checked_base, fail, load_tree, new_folder
+from contract.cli.common import (
+    RUNNER_OPTION,
+    Terminal,
+    checked_base,
+    default_reports,
+    fail,
+    load_tree,
+    timeout_seconds,
+)
+from contract.core import child
 from contract.core.child import DEFAULT_TIMEOUT_S
 from contract.core.classes import signatures
 from contract.core.differential import compare
@@ -71,7 +78,8 @@ def fix_check(
     corpus: str = typer.Option("covering", "--corpus", help="What is replayed besides the witnesses: covering "
                                "(one trace per observation cell, the traces the change reaches), full, or "
                                "witnesses (the witnesses alone)."),
-    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", min=1, help="Seconds each replay may take."),
+    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", callback=timeout_seconds,
+                                  help="Seconds each replay, and the root cause's unit test, may take; 1 to 604800."),
     reports: Optional[Path] = typer.Option(None, "--reports", help="Report folder (default: a new folder here)."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
 ) -> None:
@@ -94,13 +102,13 @@ def fix_check(
     python, shared, pkg = environment(version), shared_environment(), package_of(version)
     if pkg is None or not python.exists() or not shared.exists():
         fail(missing(version))
-    reports = reports or new_folder(Path("cudagraph-contract-fix-check"))
+    reports = reports or default_reports("fix-check", as_json)
     try:
         check_folder(reports, "--reports")
     except OutputError as exc:
         fail(str(exc))
-    say = Console(stderr=as_json, highlight=False, soft_wrap=True)
-    with tempfile.TemporaryDirectory(prefix="cudagraph-contract-fix-") as tmp:
+    say = Terminal(stderr=as_json, highlight=False, soft_wrap=True)
+    with child.call_folder("cudagraph-contract-fix-") as tmp:
         try:
             tree_root = patched_copy(pkg, patch, Path(tmp))
         except FixCheckError as exc:
@@ -114,7 +122,10 @@ def fix_check(
             chosen = base_mod.release_base(version, family)
         except PolicyError as exc:
             fail(str(exc))
-        r = review(tree, chosen, family)
+        try:
+            r = review(tree, chosen, family)
+        except PolicyError as exc:
+            fail(str(exc))
         for line in r.lines("conform"):
             say.print(line, markup=False)
         mine = [w for w in witnesses if w.scenario.runner is family.runner]
@@ -127,6 +138,8 @@ def fix_check(
                                      always=[] if corpus == "witnesses" else mine)
         except (branch_conform.ObserveProblem, EnvironmentProblem) as exc:
             fail(str(exc))
+        for note in run.notes:
+            say.print(f"note: {note}", markup=False)
         verdict = Verdict(True)
         base_obs, branch_obs = run.base_observations, run.branch_observations
         if not mine:
@@ -161,7 +174,7 @@ def fix_check(
             serving = [serving_trace(w) for w in stopped]
             try:
                 served = branch_conform.observe(python, family, serving, tree_root / "vllm", timeout,
-                                                f"the serving script on {tree_root}")
+                                                f"the serving script on {tree_root}", version, pkg)
             except branch_conform.ObserveProblem as exc:
                 fail(str(exc))
             by_name = {o["name"]: o for o in served["observations"]}
@@ -200,8 +213,11 @@ def fix_check(
                                        + "; ".join(c.title for c in model.lost[:3]))
             verdict.said.append(f"the model on the patched rules: {model.summary()}")
         if cause is not None and cause.test is not None:
-            after = run_test(cause.test, tree_root, shared, python, version)
-            before = run_test(cause.test, None, shared, python, version)
+            try:
+                after = run_test(cause.test, tree_root, shared, python, version, timeout)
+                before = run_test(cause.test, None, shared, python, version, timeout)
+            except child.ChildProblem as exc:
+                fail(str(exc))
             verdict.said.append(f"{cause.test.name}: {before.outcome} on vLLM {version}, {after.outcome} with the patch")
             if after.outcome != "pass":
                 verdict.accepted = False

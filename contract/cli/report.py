@@ -24,8 +24,9 @@ from contract.cli.common import (
     differential_exit,
     base_differentials,
     check_out,
+    default_reports,
+    err,
     fail,
-    new_folder,
     out,
     parse_policies,
     profile_settings,
@@ -77,11 +78,13 @@ def report(
     [bold]cudagraph-contract report --policy my_branch.py --base vllm_0_30[/]
     """
     from contract.core.explore import explore as run_explore
-    from contract.core.verify import verify_policy
+    from contract.core.stream import run_seed
+    from contract.core.verify import verify_policy, with_explorer
     from contract.reports.report import PolicyResult, write
 
     set_time_limit(timeout)
     settings = profile_settings(profile)
+    seed = run_seed(settings, seed)
     base = checked_base(base or ("auto" if vllm_src is not None else None))
     policies = parse_policies(policy) if policy or vllm_src is None else []
     tree, resolved = None, {}
@@ -89,13 +92,13 @@ def report(
         tree = load_tree(vllm_src, runner)
         resolved[tree.policy.name] = resolve_base(base, tree.policy, tree)
         if not quiet:
-            say_review(out, tree, resolved[tree.policy.name], VERIFY)
+            say_review(err if as_json else out, tree, resolved[tree.policy.name], VERIFY)
         policies.append(tree.policy)
         unique_names(policies)
     committed = Path(__file__).resolve().parents[2] / "reports"
     users = policy is not None or vllm_src is not None
     if out_dir is None:
-        out_dir = new_folder(Path("cudagraph-contract-report")) if users else Path("reports")
+        out_dir = default_reports("report", quiet or as_json) if users else Path("reports")
     elif users and out_dir.resolve() == committed:
         fail(f"--out {out_dir} is the project's committed reports/; write a branch's report elsewhere (omit --out)")
     check_out(out_dir)
@@ -103,11 +106,12 @@ def report(
     with progress(len(policies), "policies", quiet, "report") as advance:
         for p in policies:
             cells: set = set()
-            verdicts = verify_policy(p, settings, seed, cells=cells)
-            results.append(PolicyResult(p, verdicts, run_explore(p, classify=True), cells))
+            exploration = run_explore(p, classify=True)
+            verdicts = with_explorer(verify_policy(p, settings, seed, cells=cells), exploration)
+            results.append(PolicyResult(p, verdicts, exploration, cells))
             advance()
     differentials = base_differentials(policies, base, {r.policy.name: r.exploration for r in results}, tree,
-                                       None if quiet else out, resolved)
+                                       None if quiet else err if as_json else out, resolved)
     by_name = {p.name: p for p in policies}
     with writing(out_dir) as folder:
         write(folder, results, committed if users else None,

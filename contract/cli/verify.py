@@ -91,10 +91,13 @@ def verify(
     Example: [bold]cudagraph-contract verify --policy vllm_0_30 --policy my_branch.py[/]
     """
     from contract.core.output import write_atomic
-    from contract.core.verify import verify_policy
+    from contract.core.stream import run_seed, seed_for
+    from contract.core.verify import verify_policy, with_explorer
 
     set_time_limit(timeout)
     settings = profile_settings(profile)
+    drawn = seed_for(settings, seed) is None
+    seed = run_seed(settings, seed)
     base = checked_base(base or ("auto" if vllm_src is not None else None))
     check_out(out_dir)
     # --vllm-src alone verifies just that tree; with --policy, both.
@@ -113,8 +116,8 @@ def verify(
     with progress(len(policies), "policies", quiet, "verify") as advance:
         for p in policies:
             cells: set = set()
-            results[p.name] = verify_policy(p, settings, seed, cells=cells)
             explored[p.name] = run_explore(p, classify=True)
+            results[p.name] = with_explorer(verify_policy(p, settings, seed, cells=cells), explored[p.name])
             reachable = explored[p.name].cells
             coverage[p.name] = (len(cells & reachable), len(reachable))
             advance()
@@ -145,6 +148,8 @@ def verify(
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     elif not quiet:
         out.print(_verdict_table(profile, [(name, verdicts, explored[name]) for name, verdicts in results.items()]))
+        if drawn:
+            out.print(f"seed {seed} (drawn for this run; --seed {seed} replays it)", soft_wrap=True, markup=False)
         for name, (reached, reachable) in coverage.items():
             out.print(f"{name}: the {profile} profile reached {reached} of {reachable} cells the explorer "
                       f"finds reachable ({100 * reached / max(reachable, 1):.1f}%)")

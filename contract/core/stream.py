@@ -11,6 +11,7 @@ replays the same examples in a CLI process, an xdist worker or a test run alone.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -46,6 +47,14 @@ def pinned_stream() -> Iterator[None]:
         providers._get_local_constants = mined
         if cache is not None:
             cache.cache.clear()
+
+
+def run_seed(settings, seed: int | None) -> int:
+    """The one seed of a whole run: ``seed_for``'s, else one drawn now, which every Hypothesis run
+    inside it reuses (the re-runs after a property is found, every policy) and the run reports, so
+    the run replays with ``--seed``."""
+    found = seed_for(settings, seed)
+    return found if found is not None else secrets.randbelow(1 << 32)
 
 
 def seed_for(settings, seed: int | None) -> int | None:

@@ -12,7 +12,7 @@ from contract.core.expected import expected_holds
 from contract.core.machine import run_machine
 from contract.core.policy import Policy
 from contract.core.properties import PROPERTIES
-from contract.core.stream import seed_for
+from contract.core.stream import run_seed
 from contract.core.trace import Trace, record
 
 
@@ -49,7 +49,7 @@ def verify_policy(policy: Policy, settings: Settings, seed: int | None = None,
     if cells is not None:
         def on_step(scenario, state, rec):
             cells.update(cells_of(scenario, state, rec))
-    seed = seed_for(settings, seed)
+    seed = run_seed(settings, seed)
     remaining = set(PROPERTIES)
     verdicts: dict[str, Verdict] = {}
     while remaining:
@@ -66,3 +66,17 @@ def verify_policy(policy: Policy, settings: Settings, seed: int | None = None,
     for pid in remaining:
         verdicts[pid] = Verdict(policy.name, pid, True)
     return {pid: verdicts[pid] for pid in PROPERTIES}
+
+
+def with_explorer(verdicts: dict[str, Verdict], exploration) -> dict[str, Verdict]:
+    """The verdicts a run reports: Hypothesis's, except where it drew no counterexample of a property
+    the exhaustive explorer of the same run shows; there the explorer's shortest. A verdict then never
+    says a property holds while the same run reports one of its classes."""
+    out = {}
+    for pid, v in verdicts.items():
+        trace = exploration.counterexamples.get(pid)
+        if v.holds and trace is not None:
+            v = Verdict(v.policy, pid, False, trace, f"shown by the explorer in {len(trace.events)} events; the "
+                                                      "Hypothesis run drew no example of it")
+        out[pid] = v
+    return out

@@ -39,7 +39,8 @@ def pytest_addoption(parser) -> None:
     group.addoption("--cudagraph-contract-allow-lost-graphs", action="store_true", default=False,
                     help="a branch serving fewer dispatches with a CUDA graph than the base passes (listed, not failed)")
     group.addoption("--cudagraph-contract-timeout", metavar="SECONDS", type=float, default=300.0,
-                    help="seconds a policy file or the tree's rules may run in their child process (default 300)")
+                    help="seconds a policy file or the tree's rules may run in their child process: 1 to 604800 "
+                         "(default 300)")
 
 
 class ContractItem(pytest.Item):
@@ -74,7 +75,11 @@ def _branches(config):
     from contract.core.child import set_time_limit
     from contract.families import check_unique, described, load_policy, named
 
-    set_time_limit(config.getoption("--cudagraph-contract-timeout"))
+    option = "--cudagraph-contract-timeout"
+    try:
+        set_time_limit(config.getoption(option), option)
+    except ValueError as exc:
+        raise pytest.UsageError(f"cudagraph-contract: {exc}") from None
     specs = list(dict.fromkeys(config.getoption("--cudagraph-contract-policy")))
     check_unique([named(spec) for spec in specs])
     out = []
