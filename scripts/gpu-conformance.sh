@@ -3,11 +3,12 @@
 # scripts/gpu-conformance.sh [--vllm VERSION] [--device cuda|cpu-sim] [--out DIR] [--bundle DIR] [--traces PATH]... [--corpus full|covering|none]
 #
 # --pack (where .venv-vllm-VERSION exists; default 0.30.0 and 0.34.0, Model Runner V1 and V2): writes
-#   the folder to carry, .gpu-bundle/ (contract/gpu/bundle.py): vllm-VERSION.tar.gz per
-#   release with every .py file of its vLLM, site.tar.gz with the pure-Python distributions they
-#   share, wheels/ with the cp312 wheels of the compiled distributions the GPU machine lacks
+#   the folder to carry, .gpu-bundle/ (contract/gpu/bundle.py): vllm.tar.xz with every .py file
+#   of each release's vLLM, site.tar.xz with the pure-Python distributions they share, wheels/
+#   with the cp312 wheels of the compiled distributions the GPU machine lacks
 #   (scripts/gpu-machine-packages.txt) for Python $GPU_PYTHON_VERSION (default 3.12, the GPU
-#   machine's), manifest.json; prints its size with the working tree and fails above 64 MiB.
+#   machine's), manifest.json; prints its size with the working tree, and the MiB of the device
+#   tool's 64 left to spare, and fails above 64 MiB.
 # run: `cudagraph-contract conform --device DEVICE` on tests/traces, the traces under reports/ and the
 #   covering generated set (or --traces/--corpus), with vLLM from the environment or else from the
 #   bundle (--vllm VERSION picks the release, default the newest packed; its wheels are installed
@@ -65,14 +66,15 @@ WORK=$(mktemp -d) || die "mktemp failed"
 trap 'rm -rf "$WORK"' EXIT
 PYPATH="$ROOT"
 if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
-  [ -f "$BUNDLE/site.tar.gz" ] || die "vLLM is not importable with $PY and there is no $BUNDLE/site.tar.gz (run $0 --pack where the .venv-vllm-VERSION environments exist)"
+  [ -f "$BUNDLE/site.tar.xz" ] && [ -f "$BUNDLE/manifest.json" ] || die "vLLM is not importable with $PY and there is no $BUNDLE/site.tar.xz (run $0 --pack where the .venv-vllm-VERSION environments exist)"
+  PACKED=$("$PY" -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["releases"]))' "$BUNDLE/manifest.json") \
+    || die "cannot read $BUNDLE/manifest.json"
   if [ -z "$VERSION" ]; then  # the newest release packed
-    VERSION=$(ls "$BUNDLE" | sed -n 's/^vllm-\(.*\)\.tar\.gz$/\1/p' | sort -V | tail -n 1)
+    VERSION=$(printf '%s\n' $PACKED | sort -V | tail -n 1)
   fi
-  [ -n "$VERSION" ] && [ -f "$BUNDLE/vllm-$VERSION.tar.gz" ] \
-    || die "the bundle holds no vLLM ${VERSION:-release} (packed: $(ls "$BUNDLE" | sed -n 's/^vllm-\(.*\)\.tar\.gz$/\1/p' | tr '\n' ' '))"
-  mkdir -p "$WORK/site" && tar xzf "$BUNDLE/site.tar.gz" -C "$WORK/site" \
-    && tar xzf "$BUNDLE/vllm-$VERSION.tar.gz" -C "$WORK/site" || die "cannot unpack the bundle"
+  case " $PACKED " in *" $VERSION "*) ;; *) die "the bundle holds no vLLM ${VERSION:-release} (packed: $PACKED)" ;; esac
+  PYTHONPATH="$ROOT" "$PY" -m contract.gpu.bundle --out "$BUNDLE" --unpack "$VERSION" --site "$WORK/site" \
+    || die "cannot unpack the bundle"
   PYPATH="$ROOT:$WORK/site"
   if compgen -G "$BUNDLE/wheels/*.whl" >/dev/null; then
     "$PY" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check \

@@ -156,3 +156,20 @@ def test_the_bundle_alone_runs_the_replay_on_a_gpu_like_python(carried, version)
     assert result["load_model_block"].get("runner", "MRV1") == ("MRV2" if version == "0.34.0" else "MRV1")
     assert result["machine"]["python"].startswith(python_version)
     assert sorted(p.name for p in (out / "traces").glob("*.md")) and (out / "conformance").is_dir()
+
+
+@pytest.mark.xdist_group("gpu-bundle")
+@pytest.mark.evidence
+def test_the_bundle_leaves_room_for_the_tree_to_grow(carried, record_property):
+    """Both releases' bundle and a clean clone fit the device tool's 64 MiB with ``SPARE_MIB`` to spare
+    (what ``make evidence`` prints at its end)."""
+    from contract.gpu import bundle
+
+    tree, *_ = carried
+    packed = bundle.size(tree / ".gpu-bundle")
+    tracked, _ = bundle.tree_size(ROOT, tree / ".gpu-bundle")
+    left = bundle.margin(packed, tracked)
+    record_property("said", f"GPU bundle of vLLM {' and '.join(RELEASES)}: {packed / bundle.MIB:.1f} MiB, with the "
+                            f"tracked tree ({tracked / bundle.MIB:.1f} MiB) {left:.1f} MiB of the device tool's "
+                            f"{bundle.LIMIT_MIB:g} to spare (at least {bundle.SPARE_MIB:g})")
+    assert left >= bundle.SPARE_MIB
