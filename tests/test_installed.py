@@ -1,6 +1,6 @@
-"""The package installed as a user installs it: a wheel built from the checkout, ``pip install
-'cudagraph-contract[plugin]'`` into a fresh venv (the exact versions of ci-constraints.txt, from the
-package registry), and every command run from a folder outside the checkout. The replays use the
+"""The package installed as the README says a user installs it, ``pip install './cudagraph-contract[plugin]'``
+from a clone (it is on no package index), into a fresh venv (the exact versions of ci-constraints.txt,
+from the package registry), and every command run from a folder outside the checkout. The replays use the
 checkout's release environments through ``CUDAGRAPH_CONTRACT_ENVS`` (none is built here). A packaging
 check, as the lowest-version run is: ``make evidence``'s, which CI runs after ``make test``."""
 
@@ -29,21 +29,20 @@ def user(tmp_path_factory):
     """A venv with the wheel installed, and a runner of its commands from an empty folder."""
     require("0.34.0")
     base = tmp_path_factory.mktemp("installed")
-    src = base / "src"
+    src = base / "cudagraph-contract"  # a clone's folder
     src.mkdir()
     for name in BUILT:  # a copy, so no stale build/ of the checkout leaks into the wheel
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(
             ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / name).is_dir() else {}))
     pip_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     pip_env.pop("PYTHONPATH", None)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(base / "dist")],
-                           capture_output=True, text=True, env=pip_env, timeout=300)
-    assert built.returncode == 0, built.stderr
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--find-links", str(base / "dist"),
-                           "-c", str(ROOT / "ci-constraints.txt"), "cudagraph-contract[plugin]"],
-                          capture_output=True, text=True, env=pip_env, timeout=600)
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install './cudagraph-contract[plugin]'" in readme  # the line run here, from the clone's parent
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c",
+                           str(ROOT / "ci-constraints.txt"), "./cudagraph-contract[plugin]"],
+                          capture_output=True, text=True, env=pip_env, timeout=600, cwd=base)
     assert done.returncode == 0, done.stderr
     outside = base / "elsewhere"
     outside.mkdir()
