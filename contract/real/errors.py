@@ -7,6 +7,8 @@ query length) are kept, so two different errors never normalise to the same text
 from __future__ import annotations
 
 import re
+import traceback
+from pathlib import Path
 
 from contract.core.halts import (
     ADAPTIVE_PROFILE_ERROR,
@@ -32,6 +34,22 @@ _NO_SIZES = re.compile(r"No valid cudagraph sizes after rounding to multiple of 
 _VARLEN = re.compile(r"query lengths vary up to (\d+), but (?:SIM_ATTN_)?(\w+) allows (none|at most \d+)")
 # _dummy_run's capture-run assertion (v1/worker/gpu_model_runner.py:5980-5986)
 _MISMATCH = re.compile(r"Cudagraph runtime mode mismatch in dummy_run\. Expected (?:CUDAGraphMode\.)?(\w+)")
+
+
+_PROJECT = Path(__file__).resolve().parents[2]
+
+
+def raised_at(exc: BaseException) -> str | None:
+    """Where in vLLM's code ``exc`` was raised: the deepest frame of its traceback in a ``vllm``
+    package (the release's or a tree's), as ``vllm/path.py:LINE in FUNCTION``; None when no frame of
+    vLLM's is on it (the replay's own code failed: the tool's error, not vLLM's)."""
+    found = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        path = Path(frame.f_code.co_filename)
+        if "vllm" in path.parts and not path.is_relative_to(_PROJECT / "contract"):
+            rel = Path(*path.parts[len(path.parts) - 1 - path.parts[::-1].index("vllm"):])
+            found = f"{rel.as_posix()}:{line} in {frame.f_code.co_name}"
+    return found
 
 
 def first_line(exc: BaseException) -> str:

@@ -327,6 +327,11 @@ class RealRun:
             self.step["halted"] = str(halt)
         except AssertionError as exc:  # one of vLLM's assertions stops the engine where it fires
             self.step["halted"] = errors.normalise(exc)
+        except Exception as exc:  # vLLM's code raised where no step expects it: the engine stops there
+            where = errors.raised_at(exc)
+            if where is None:  # the replay's own code failed: the tool's error
+                raise
+            self.step["halted"], self.step["raised_at"] = errors.normalise(exc), where
         finally:
             self.session.decisions.close_step(event.kind)
         return self.step

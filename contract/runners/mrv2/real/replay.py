@@ -391,6 +391,13 @@ class RealRun:
             text = errors.normalise(exc)
             self.finish(text)
             self.step["halted"] = text
+        except Exception as exc:  # vLLM's code raised where no step expects it: the engine stops there
+            where = errors.raised_at(exc)
+            if where is None:  # the replay's own code failed: the tool's error
+                raise
+            text = errors.normalise(exc)
+            self.finish(text)
+            self.step["halted"], self.step["raised_at"] = text, where
         else:
             self.finish()
         finally:
