@@ -32,6 +32,10 @@ RELEASES = ("0.33.0", "0.34.0")
 WITNESS = {
     "model_runner": (Scenario(runner=Runner.MRV2, model_compiled=False), "piecewise CUDA graphs"),
     "cudagraph_utils": (Scenario(runner=Runner.MRV2, breakable=True), "P1 target PIECEWISE: no capturer"),
+    # A crash in the code under review is a finding, never the tool's error (exit 2).
+    "dispatch": (Scenario(runner=Runner.MRV2), "P0: vLLM stops when serving (IndexError: list index out of range)"),
+    # A change the replay never runs: said, and exit 3 rather than "nothing new".
+    "unreached": (Scenario(runner=Runner.MRV2), ""),
     "spec_decode": (Scenario(runner=Runner.MRV2, breakable=True, drafter=DrafterKind.WITH_MODEL,
                              uniform_decode_query_len=2), "P1 drafter PIECEWISE: no capturer"),
     "resolve": (Scenario(runner=Runner.MRV2, cudagraph_mode=CUDAGraphMode.FULL, splitting_ops=SplittingOps.EMPTY,
@@ -41,9 +45,10 @@ WITNESS = {
 
 # make test replays, on 0.34.0 (the newest release, main), an edit verify reads and one it does not, and
 # runs verify on both; 0.33.0's trees and the other pairs are make evidence's, which CI runs after make test.
-CONFORMED = {("0.34.0", "model_runner"), ("0.34.0", "cudagraph_utils")}
+CONFORMED = {("0.34.0", "model_runner"), ("0.34.0", "cudagraph_utils"), ("0.34.0", "dispatch")}
 VERIFIED = {("0.34.0", "model_runner"), ("0.34.0", "cudagraph_utils")}
-PAIRS = [(release, area) for release in RELEASES for area in WITNESS]
+PAIRS = [(release, area) for release in RELEASES for area in WITNESS
+         if (release, area) in trees.EDITS and area != "unreached"]
 
 
 def cli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -56,6 +61,7 @@ def runs(tmp_path_factory, request):
     """The branch replay and verify of every tree a selected test reads, two at a time; and the
     checkout's git status before and after."""
     kinds = {"test_an_edit_is_a_new_class_on_vllms_own_code": ("conform",),
+             "test_a_change_no_trace_runs_is_said_and_exits_3": ("conform", "conform-allowing-unexercised"),
              "test_verify_reads_an_edited_tree_and_says_what_it_does_not_read": ("verify",),
              "test_an_unedited_tree_has_nothing_new": ("conform", "verify"),
              "test_the_callers_environment_changes_no_verdict": ("conform", "conform-in-the-trees-environment"),
@@ -75,10 +81,15 @@ def runs(tmp_path_factory, request):
         for area, (scenario, _) in WITNESS.items():
             trace = work / f"{release}-{area}.json"
             trace.write_text(runnable_trace(scenario, policy, f"reaches-{area}").dumps())
+            if (release, area) not in trees.EDITS:
+                continue
             tree = trees.edited(release, area, work / f"{release}-{area}")
             jobs[(release, area, "conform")] = ("conform", "--vllm-src", tree, "--base", release, "--traces", trace,
                                                 "--reports", work / f"report-{release}-{area}")
             jobs[(release, area, "verify")] = ("verify", "--vllm-src", tree, "--profile", "dev")
+            jobs[(release, area, "conform-allowing-unexercised")] = (*jobs[(release, area, "conform")][:-1],
+                                                                    work / f"report-{release}-{area}-allowed",
+                                                                    "--allow-unexercised")
             # A vLLM developer's usual set-up: the tree on PYTHONPATH, and settings that change what runs.
             jobs[(release, area, "conform-in-the-trees-environment")] = (
                 *jobs[(release, area, "conform")][:-1], work / f"report-{release}-{area}-env",
@@ -217,3 +228,14 @@ def test_a_tree_that_rewrites_the_cache_cannot_decide_the_next_review(runs, rele
     assert again.returncode == 1, again.stdout + again.stderr
     assert [line.split(" — witness")[0] for line in new_lines(again)] == \
         [line.split(" — witness")[0] for line in new_lines(honest)]
+
+
+@pytest.mark.parametrize("release, area", per_kind([("0.34.0", "unreached")], {("0.34.0", "unreached")}))
+def test_a_change_no_trace_runs_is_said_and_exits_3(runs, release, area):
+    done, *_ = runs
+    proc = done[(release, area, "conform")]
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    said = next(line for line in proc.stdout.splitlines() if line.startswith("NOT EXERCISED: "))
+    assert "v1/worker/gpu/cudagraph_utils.py:make_cudagraph_stats" in said and "nothing new" in proc.stdout
+    allowed = done[(release, area, "conform-allowing-unexercised")]
+    assert allowed.returncode == 0 and "NOT EXERCISED: " in allowed.stdout, allowed.stdout + allowed.stderr

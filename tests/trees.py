@@ -48,6 +48,17 @@ EDITS: dict[tuple[str, str], Edit] = {
         "            return model(**model_inputs)",
         "        if True:\n            return model(**model_inputs)",
         "run_pw_graph calls the model instead of the breakable runner"),
+    ("0.34.0", "dispatch"): Edit(
+        "v1/worker/gpu/cudagraph_utils.py",
+        "                if n < len(decode_descs):\n",
+        "                if n <= len(decode_descs):\n",
+        "dispatch indexes past the largest decode graph for a uniform decode batch just past it: IndexError "
+        "when serving"),
+    ("0.34.0", "unreached"): Edit(
+        "v1/worker/gpu/cudagraph_utils.py",
+        "        num_unpadded_tokens=num_tokens,\n",
+        "        num_unpadded_tokens=num_tokens + 0,\n",
+        "make_cudagraph_stats, which execute_model calls after the dispatch in a part the replay does not run"),
     ("0.34.0", "spec_decode"): Edit(
         "v1/worker/gpu/spec_decode/autoregressive/speculator.py",
         "        if self.prefill_cudagraph_manager.use_breakable_cg:\n"

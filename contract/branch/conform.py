@@ -44,7 +44,7 @@ class ObserveProblem(Exception):
 
 
 def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None, timeout: float | None,
-            what: str, version: str, release_pkg: Path) -> dict:
+            what: str, version: str, release_pkg: Path, watch: dict | None = None) -> dict:
     """The traces replayed in ``python``'s vLLM (with ``tree``'s modules on top), by a child process
     whose only way to report is its validated result: observations of exactly the traces asked
     for, on the release asked for, by vLLM code from the release's files (and the tree's where the
@@ -54,7 +54,7 @@ def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None
     except EnvironmentProblem as exc:
         raise ObserveProblem(str(exc)) from None
     payload = {"runner": family.name, "traces": [t.to_json() for t in traces],
-               "tree": str(tree) if tree is not None else None}
+               "tree": str(tree) if tree is not None else None, "watch": watch or {}}
     progress.stage("traces", len(traces), what)
     try:  # the child counts the traces it replayed
         outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,
@@ -69,7 +69,8 @@ def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None
         raise ObserveProblem(f"{what} returned observations of other traces than the {len(traces)} it was given")
     if data.get("vllm") != version:
         raise ObserveProblem(f"{what} ran vLLM {data.get('vllm')!r}, not {version}")
-    if not isinstance(data.get("where"), dict) or not isinstance(data.get("tree_modules"), list):
+    if (not isinstance(data.get("where"), dict) or not isinstance(data.get("tree_modules"), list)
+            or not isinstance(data.get("reached"), list)):
         raise ObserveProblem(f"{what} returned observations without where its decisions were made")
     try:
         provenance.check_loaded(data.get("modules"), release_pkg, version, tree, data["tree_modules"])
@@ -319,13 +320,21 @@ class BranchRun:
     branch_observations: dict  # trace name -> on the tree
     seconds: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what happened to the cache, one line each
+    changed: tuple[str, ...] = ()  # the changed functions ("path:qualname") and changed module levels ("path")
+    unexercised: tuple[str, ...] = ()  # those no replayed trace ran (a module level: its module never imported)
+
+    @property
+    def exercised(self) -> bool:
+        """Some replayed trace ran a change of the tree's (where it changes anything the replay could run)."""
+        return not self.changed or len(self.unexercised) < len(self.changed)
 
     def to_json(self) -> dict:
         return {"vllm": self.version, "runner": self.family.name, "tree": str(self.review.tree.tree),
                 "base": self.review.base.said, "traces": self.selection.total,
                 "replayed": sorted(self.selection.names), "selection": self.selection.why,
                 "tree_modules": self.tree_modules, "base_from_cache": self.selection.total - self.base_replayed,
-                "cache_notes": list(self.notes), **self.differential.to_json(),
+                "cache_notes": list(self.notes), "changed": list(self.changed),
+                "unexercised": list(self.unexercised), **self.differential.to_json(),
                 "changes": [{"trace": c.trace, "step": c.step, "event": c.event, "base": c.base, "branch": c.branch}
                             for c in self.changes]}
 
@@ -348,9 +357,11 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
     kept = selection.names | {t.name for t in always}
     chosen = [t for t in traces if t.name in kept]
     base_done = time.perf_counter()
+    watch, changed = _changes(review)
     with cache.guard(notes):
         data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}",
-                       version, release_pkg)
+                       version, release_pkg, watch)
+    unexercised = _unexercised(changed, data)
     branch_obs = {o["name"]: o for o in data["observations"]}
     base_obs = {t.name: base_all[t.name] for t in chosen}
     label = f"{Path(review.tree.tree).resolve().name} on vLLM {version}"
@@ -358,5 +369,39 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
     return BranchRun(family, version, review, chosen, selection, d, changes(chosen, base_obs, branch_obs),
                      data["tree_modules"], base_replayed, base_obs, branch_obs,
                      {"base": round(base_done - started, 1), "branch": round(time.perf_counter() - base_done, 1)},
-                     list(notes))
+                     list(notes), tuple(changed), unexercised)
+
+
+def _changes(review: Review) -> tuple[dict[str, list[str]], list[str]]:
+    """(path -> qualified names to watch, every change a replay could run): the changed and added
+    functions of the tree's Python files, and the module level of a file whose statements outside
+    functions changed (or that is new)."""
+    if review.diff is None:
+        return {}, []
+    watch: dict[str, list[str]] = {}
+    changed: list[str] = []
+    for f in review.diff.python:
+        if f.kind == "removed":
+            continue
+        names = [fn.qualname for fn in f.functions if fn.kind != "removed"]
+        if names:
+            watch[f.path] = names
+            changed += [f"{f.path}:{n}" for n in names]
+        if f.module_level or f.kind == "added" or f.unparsed:
+            changed.append(f.path)
+    return watch, changed
+
+
+def _unexercised(changed: list[str], data: dict) -> tuple[str, ...]:
+    """The changes of ``changed`` the branch side did not run: a function not recorded as reached, a
+    module level whose module the replay never imported from the tree."""
+    reached = set(data["reached"])
+    imported = {m.removeprefix("vllm.").replace(".", "/") for m in data["tree_modules"]}
+    out = []
+    for change in changed:
+        path, _, qualname = change.partition(":")
+        module = path.removesuffix(".py").removesuffix("/__init__")
+        if (change not in reached) if qualname else (module not in imported):
+            out.append(change)
+    return tuple(out)
 

@@ -3,7 +3,8 @@ branch replay (``contract.core.child``), run in the release's environment.
 
 The payload names the runner family, the traces (the corpus the parent chose, so base and branch
 replay the same sequences) and, for the branch side, a vLLM tree whose differing modules run on top
-of the installed release (``contract/real/overlay.py``). Per trace the result holds the observed
+of the installed release (``contract/real/overlay.py``) with the functions it changes watched
+(``reached``: those the replay ran). Per trace the result holds the observed
 steps in ``StepRecord.to_json`` form and the decision points each step reached (``decisions.Log``),
 which the parent's impact selection reads; ``where`` says where each point's code lives.
 """
@@ -19,7 +20,7 @@ def observe(payload: dict) -> dict:
     if payload.get("tree"):
         from contract.real import overlay
 
-        finder = overlay.install(Path(payload["tree"]))
+        finder = overlay.install(Path(payload["tree"]), payload.get("watch"))
     from contract.core import progress
     from contract.core.trace import loads
     from contract.families import by_name
@@ -42,4 +43,5 @@ def observe(payload: dict) -> dict:
         observations.append({"name": trace.name, "steps": steps, "path": list(log.path) if log is not None else []})
         progress.advance()
     return {"vllm": session.version, "tree_modules": sorted(finder.taken) if finder else [],
+            "reached": sorted(finder.reached) if finder else [],
             "observations": observations, "where": dict(sorted(WHERE.items())), "modules": loaded()}

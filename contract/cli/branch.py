@@ -40,9 +40,12 @@ def _step_line(c: branch_conform.StepChange) -> str:
     return f"  {c.trace} step {c.step} ({c.event}): base {said(c.base)} | branch {said(c.branch)}"
 
 
+UNEXERCISED = 3  # no replayed trace ran any change of the tree's: no verdict
+
+
 def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus: str, traces: list[Path] | None,
                            reports: Path | None, as_json: bool, timeout: float | None,
-                           allow_lost_graphs: bool = False) -> None:
+                           allow_lost_graphs: bool = False, allow_unexercised: bool = False) -> None:
     base = checked_base(base or "auto")
     if corpus not in ("covering", "full"):
         fail(f"--corpus {corpus}: a branch replay takes covering (the default) or full")
@@ -102,8 +105,14 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
     else:
         files = branch_report.witness_files(reports, run)
         d = run.differential
+        if not run.exercised:
+            say.print(f"NOT EXERCISED: no replayed trace ran any of the tree's {len(run.changed)} change(s): "
+                      + ", ".join(run.unexercised) + f" (exit {UNEXERCISED}; --allow-unexercised for 0)", markup=False)
         say.print(f"{d.branch} against {d.base}: {d.summary()}" + ("" if d.new else " — nothing new")
                   + (" — graphs lost" if d.lost else ""), markup=False)
+        if run.exercised and run.unexercised:
+            say.print(f"the replay ran {branch_report.exercise_line(run)}: " + ", ".join(run.unexercised),
+                      markup=False)
         for key in branch_report.SECTIONS:
             for c in getattr(d, key):
                 say.print(f"  {branch_report.LABELS[key]}: [{c.severity_text}] {c.title} — witness {files[(key, c.id)]}",
@@ -114,4 +123,5 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
             for c in run.changes[:MAX_CHANGES]:
                 say.print(_step_line(c), markup=False)
         say.print(f"report: {index}", markup=False)
-    raise typer.Exit(run.differential.exit_code(allow_lost_graphs))
+    code = run.differential.exit_code(allow_lost_graphs)
+    raise typer.Exit(UNEXERCISED if code == 0 and not run.exercised and not allow_unexercised else code)

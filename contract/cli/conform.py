@@ -167,6 +167,8 @@ def conform(
                                               "of the one modelling the release (a negative control)."),
     allow_lost_graphs: bool = typer.Option(False, "--allow-lost-graphs", help="With --vllm-src: exit 0 even where "
                                            "the tree serves fewer dispatches with a CUDA graph than the release."),
+    allow_unexercised: bool = typer.Option(False, "--allow-unexercised", help="With --vllm-src: exit 0 rather than 3 "
+                                           "when no replayed trace runs any of the tree's changes (they are listed)."),
 ) -> None:
     """Replay traces on a real vLLM (CPU, simulated CUDA graphs) and compare each step with the model.
 
@@ -179,7 +181,7 @@ def conform(
 
         branch_conform_command(vllm_src, base, runner, corpus or "covering",
                                traces, None if reports == DEFAULT_REPORTS else reports, as_json,
-                               timeout or DEFAULT_TIMEOUT_S, allow_lost_graphs)
+                               timeout or DEFAULT_TIMEOUT_S, allow_lost_graphs, allow_unexercised)
     if base is not None:
         fail("--base needs --vllm-src (the branch to compare with the release)")
     corpus = corpus or "full"

@@ -31,6 +31,11 @@ def markdown(run, folder: Path) -> str:
              f"- Modules taken from the tree: {', '.join(f'`{m}`' for m in run.tree_modules) or 'none'}",
              f"- Replayed: {len(run.traces)} traces ({run.selection.why})", "", "## What the tree changes", ""]
     lines += [f"- {line.strip()}" for line in r.lines("conform")[1:]] or ["- nothing"]
+    lines += ["", f"## What the replay ran of it: {exercise_line(run)}", ""]
+    if run.unexercised:
+        lines += ["Changes no replayed trace ran (a function never called, a changed module level never imported): "
+                  "the model's scenarios or events do not reach them, so this report says nothing of them.", ""]
+        lines += [f"- `{change}`" for change in run.unexercised]
     lines += ["", f"## Classes: {d.summary()}", "",
               "Worst severity first. Lost graphs: traces where vLLM's code on the tree serves fewer dispatches of a "
               "kind with a CUDA graph than the release (each trace is the same serving script); traded: a class the "
@@ -49,6 +54,16 @@ def markdown(run, folder: Path) -> str:
     else:
         lines.append("None: every replayed step is the same on the branch as on the base.")
     return "\n".join(lines) + "\n"
+
+
+def exercise_line(run) -> str:
+    """``2 of 3 changes ran`` and the like, with the verdict it allows."""
+    n, left = len(run.changed), len(run.unexercised)
+    if not n:
+        return "no change of the tree's is code the replay could run"
+    if not run.exercised:
+        return f"none of the {n} change{'s' if n != 1 else ''} ran (not exercised: nothing new says nothing of them)"
+    return f"{n - left} of {n} change{'s' if n != 1 else ''} ran" + (f"; {left} did not (below)" if left else "")
 
 
 def write(folder: Path, run) -> Path:

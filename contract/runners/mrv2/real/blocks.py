@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.real import overlay
+
 
 class BlockNotFound(Exception):
     """The installed method has no statement the block starts or ends with; one line."""
@@ -54,11 +56,8 @@ def _index(body: list[ast.stmt], path: str, method: str, starts: str, contains: 
     raise BlockNotFound(f"{path}: {method} has no statement starting {starts!r}")
 
 
-def cut(module, cls: str, method: str, ranges: list[tuple[str, str | None]], args: tuple[str, ...],
-        contains: str = "") -> Block:
-    """The statements of ``cls.method`` in the module's file from each range's first statement to
-    its last (``None``: the first alone), as ``f(self, *args) -> locals()``."""
-    path = module.__file__
+def _statements(path: str, cls: str, method: str, ranges: list[tuple[str, str | None]],
+                contains: str) -> list[ast.stmt]:
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
     body = _method(tree, path, cls, method).body
     statements: list[ast.stmt] = []
@@ -66,19 +65,43 @@ def cut(module, cls: str, method: str, ranges: list[tuple[str, str | None]], arg
         i = _index(body, path, method, first, contains)
         j = i if last is None else _index(body[i:], path, method, last) + i
         statements += body[i : j + 1]
+    return statements
+
+
+def _dump(statements: list[ast.stmt]) -> str:
+    return ast.dump(ast.Module(body=statements, type_ignores=[]))
+
+
+def cut(module, cls: str, method: str, ranges: list[tuple[str, str | None]], args: tuple[str, ...],
+        contains: str = "") -> Block:
+    """The statements of ``cls.method`` in the module's file from each range's first statement to
+    its last (``None``: the first alone), as ``f(self, *args) -> locals()``. From a tree's module
+    whose method a branch changed, and where these statements are not the release's, the block
+    records the method as run (``contract/real/overlay.py``)."""
+    path = module.__file__
+    statements = _statements(path, cls, method, ranges, contains)
+
+    def differ(installed) -> bool:
+        try:
+            return _dump(_statements(str(installed), cls, method, ranges, contains)) != _dump(statements)
+        except (OSError, SyntaxError, BlockNotFound):
+            return True
+
+    mark = overlay.marks(module, f"{cls}.{method}", differ)
     returns = ast.Return(value=ast.Call(func=ast.Name("locals", ast.Load()), args=[], keywords=[]))
     function = ast.FunctionDef(
         name=f"{method}_block",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="self")], vararg=None,
                            kwonlyargs=[ast.arg(arg=a) for a in args], kw_defaults=[None] * len(args),
                            kwarg=None, defaults=[]),
-        body=[*statements, returns], decorator_list=[], returns=None, type_params=[],
+        body=[*([ast.copy_location(mark, statements[0])] if mark is not None else []), *statements, returns],
+        decorator_list=[], returns=None, type_params=[],
     )
     ast.copy_location(function, statements[0])
     tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     namespace = vars(module)  # the block reads the module's globals live, as the method does
     local: dict = {}
     exec(compile(tree, path, "exec"), namespace, local)
-    digest = hashlib.sha256(ast.dump(ast.Module(body=statements, type_ignores=[])).encode()).hexdigest()
+    digest = hashlib.sha256(_dump(statements).encode()).hexdigest()
     return Block(path, f"{cls}.{method}", statements[0].lineno,
                  statements[-1].end_lineno or statements[-1].lineno, digest, local[function.name])
