@@ -12,7 +12,7 @@ SOURCE_VERSIONS := 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0
 SOURCES := .vllm-src
 VLLM_SOURCES := $(foreach v,$(SOURCE_VERSIONS),$(SOURCES)/$(v)/vllm)
 
-.PHONY: verify test evidence test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all findings fixes clean
+.PHONY: verify test evidence test-lowest vllm-envs gpu-conformance gpu-rehearsal gpu-rehearsal-mrv2 conformance-all findings fixes bugs clean
 
 $(VENV)/.installed: pyproject.toml ci-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,12 @@ findings: $(VENV)/.installed
 fixes: $(VENV)/.installed vllm-envs
 	$(VENV)/bin/python scripts/fix_checks.py
 	$(VENV)/bin/python -m contract.reports.root_causes
+
+# The corpus of real vLLM bugs (bugs/), each re-injected into its release and checked as a branch:
+# reports/bugs.md (the recall, what to model next) and each bug's README. make evidence checks that
+# every bug recorded as found still is (`cudagraph-contract bugs --check`).
+bugs: $(VENV)/.installed vllm-envs
+	$(VENV)/bin/cudagraph-contract bugs
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .venv-vllm .venv-vllm-* $(SOURCES) .hypothesis .pytest_cache

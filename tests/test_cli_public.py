@@ -17,7 +17,7 @@ from contract.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "tests" / "traces" / "lead3-drafter-capture-outside-window.json"
-COMMANDS = ("verify", "replay", "explore", "report", "conform", "env", "env make", "env list", "env path")
+COMMANDS = ("verify", "replay", "explore", "report", "conform", "fix-check", "bugs", "env", "env make", "env list", "env path")
 
 
 class Done:

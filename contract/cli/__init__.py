@@ -27,7 +27,7 @@ import typing
 
 import typer
 
-from contract.cli import conform, env, explore, fixcheck, replay, report, verify
+from contract.cli import bugs, conform, env, explore, fixcheck, replay, report, verify
 from contract.cli.common import CLOSED_STDOUT, err, error, silence_stdout
 
 PROG = "cudagraph-contract"
@@ -73,6 +73,7 @@ def _options(
 for command in (verify.verify, replay.replay, explore.explore, report.report, conform.conform):
     app.command()(command)
 app.command(name="fix-check")(fixcheck.fix_check)
+app.command(name="bugs")(bugs.bugs)
 app.add_typer(env.app, name="env")
 
 

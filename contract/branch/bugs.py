@@ -1,0 +1,172 @@
+"""The corpus of real vLLM CUDA-graph bugs (``bugs/<id>/``), each put back into a release the tool
+replays, and what the branch check finds of it.
+
+A bug's folder holds ``bug.json`` (the upstream issues and pull requests, the releases it affected,
+the configuration that triggers it, its symptom, mechanism and category, the fix, and how it is
+re-injected) and, where its mechanism can be put back into vLLM 0.34.0 (Model Runner V2) or 0.33.0
+(Model Runner V1, or Model Runner V2 code 0.34.0 removed), ``vllm-<release>.patch``: the smallest
+edit that restores it. ``check`` applies the patch to a copy of the installed release
+(``contract/branch/fixcheck.py``'s ``patched_copy``) and runs the same branch replay as ``conform
+--vllm-src --base <release>`` on the release's covering corpus: nothing is written for a bug, so
+a bug counts as found only through the general model, corpus and properties.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contract.branch import base as base_mod
+from contract.branch import conform as branch_conform
+from contract.branch import tree as tree_mod
+from contract.branch.fixcheck import FixCheckError, patched_copy
+from contract.branch.review import review
+from contract.core import child
+from contract.core.policy import PolicyError
+from contract.families import by_runner, load_policy
+from contract.real.installed import EnvironmentProblem, environment, missing, package_of, release
+
+SCHEMA = "cudagraph-contract.bug"
+CATEGORIES = ("resolution", "sizes", "attention capability", "breakable", "drafter", "micro-batching", "LoRA",
+              "ranks", "encoder", "profiling/memory")
+SYMPTOMS = ("crash at start-up", "crash when serving", "hang", "wrong result", "silent eager", "memory")
+RUNNERS = ("mrv1", "mrv2")
+# A bug's outcome: found (a new class or lost graphs on vLLM's own code), missed (the replay ran the
+# edit and vLLM's code showed nothing the contract flags), not exercised (no replayed trace ran the
+# edit), in the release (nothing to re-inject: the release has the bug), not re-injectable (its
+# mechanism has no small edit in the releases replayed), no environment (the release is not here).
+FOUND, MISSED, UNEXERCISED, IN_RELEASE, NOT_REINJECTABLE, NO_ENVIRONMENT = (
+    "found", "missed", "not exercised", "in the release", "not re-injectable", "no environment")
+
+
+class BugError(PolicyError):
+    """A bug folder the corpus cannot use; one line naming it."""
+
+
+@dataclass(frozen=True)
+class Bug:
+    id: str
+    folder: Path
+    title: str
+    issues: tuple[int, ...]
+    prs: tuple[int, ...]
+    releases: str  # the releases it affected, in words
+    configuration: str
+    symptom: str
+    mechanism: str
+    category: str
+    fix: dict  # pr, where, change
+    evidence: tuple[str, ...]  # the sentences of the issue or pull request that state the root cause
+    release: str | None  # the release the edit goes into (or that has the bug as released)
+    runner: str | None
+    patch: Path | None
+    edit: str  # what the edit does
+    faithful: str  # why it puts the bug's mechanism back, or why it cannot
+    missing: str  # for a bug the tool misses: what it would need (a setting, a property, a component)
+
+    @classmethod
+    def read(cls, folder: Path) -> Bug:
+        where = folder / "bug.json"
+        try:
+            data = json.loads(where.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BugError(f"{where} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise BugError(f"{where}: not a {SCHEMA} file")
+        if data.get("id") != folder.name:
+            raise BugError(f"{where}: its id {data.get('id')!r} is not its folder's name")
+        try:
+            r = data["reinjection"]
+            bug = cls(
+                id=folder.name, folder=folder, title=data["title"],
+                issues=tuple(int(n) for n in data["issues"]), prs=tuple(int(n) for n in data["prs"]),
+                releases=data["releases"], configuration=data["configuration"], symptom=data["symptom"],
+                mechanism=data["mechanism"], category=data["category"], fix=dict(data["fix"]),
+                evidence=tuple(data["evidence"]), release=r.get("release"), runner=r.get("runner"),
+                patch=folder / r["patch"] if r.get("patch") else None, edit=data.get("edit", ""),
+                faithful=data["faithful"], missing=data.get("missing", ""))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BugError(f"{where}: {type(exc).__name__}: {exc}") from None
+        problem = bug._problem()
+        if problem:
+            raise BugError(f"{where}: {problem}")
+        return bug
+
+    def _problem(self) -> str | None:
+        if self.category not in CATEGORIES:
+            return f"category {self.category!r} is not one of {', '.join(CATEGORIES)}"
+        if self.symptom not in SYMPTOMS:
+            return f"symptom {self.symptom!r} is not one of {', '.join(SYMPTOMS)}"
+        if not (self.issues or self.prs):
+            return "names no issue and no pull request"
+        if self.patch is not None:
+            if not self.patch.is_file():
+                return f"names the patch {self.patch.name}, which is not there"
+            if self.release is None or self.runner not in RUNNERS or not self.edit:
+                return "a patch needs its release, its runner (mrv1 or mrv2) and what the edit does"
+        return None
+
+    @property
+    def links(self) -> list[str]:
+        return ([f"[#{n}](https://github.com/vllm-project/vllm/issues/{n})" for n in self.issues]
+                + [f"[#{n}](https://github.com/vllm-project/vllm/pull/{n})" for n in self.prs])
+
+
+def corpus(root: Path) -> list[Bug]:
+    """Every ``<root>/<id>/bug.json``, by id."""
+    if not root.is_dir():
+        raise BugError(f"{root} is not a folder of bugs (bugs/<id>/bug.json)")
+    return [Bug.read(folder) for folder in sorted(p for p in root.iterdir() if (p / "bug.json").is_file())]
+
+
+@dataclass
+class Outcome:
+    bug: str
+    status: str
+    classes: list[str] = field(default_factory=list)  # "new: <title>", "lost graphs: <title>"
+    changed: list[str] = field(default_factory=list)
+    unexercised: list[str] = field(default_factory=list)
+    traces: int = 0
+    seconds: float = 0.0
+    detail: str = ""  # why it is not re-injected, or the error that stopped its run
+    witness: str | None = None  # a found bug: the first class's witness trace (JSON), its regression test
+
+    def to_json(self) -> dict:
+        return {"bug": self.bug, "status": self.status, "classes": self.classes, "changed": self.changed,
+                "unexercised": self.unexercised, "traces": self.traces, "seconds": round(self.seconds),
+                "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Outcome:
+        return cls(str(data["bug"]), str(data["status"]), list(data["classes"]), list(data["changed"]),
+                   list(data["unexercised"]), int(data["traces"]), float(data["seconds"]), str(data["detail"]))
+
+
+def check(bug: Bug, work: Path, timeout: float | None, kind: str = "covering") -> Outcome:
+    """The bug re-injected into a copy of its release under ``work``, replayed as a branch."""
+    if bug.patch is None:
+        return Outcome(bug.id, IN_RELEASE if bug.release else NOT_REINJECTABLE, detail=bug.faithful)
+    pkg, python = package_of(bug.release), environment(bug.release)
+    if pkg is None or not python.exists():
+        return Outcome(bug.id, NO_ENVIRONMENT, detail=missing(bug.release))
+    started = time.perf_counter()
+    try:
+        tree_root = patched_copy(pkg, bug.patch, work / bug.id)
+        tree = tree_mod.load(tree_root, runner=bug.runner)
+        family = by_runner(tree.policy.runner)
+        chosen = base_mod.release_base(bug.release, family)
+        r = review(tree, chosen, family)
+        release_policy = load_policy(family.release_policy(release(bug.release)))
+        run = branch_conform.run(r, family, release_policy, python, bug.release, kind, timeout)
+    except (FixCheckError, PolicyError, EnvironmentProblem) as exc:
+        raise BugError(f"bug {bug.id}: {exc}") from None
+    except (branch_conform.ObserveProblem, child.ChildProblem) as exc:
+        return Outcome(bug.id, "error", detail=str(exc), seconds=time.perf_counter() - started)
+    d = run.differential
+    shown = [*d.new, *d.lost]
+    classes = [f"new: {c.title}" for c in d.new] + [f"lost graphs: {c.title}" for c in d.lost]
+    status = FOUND if classes else MISSED if run.exercised else UNEXERCISED
+    return Outcome(bug.id, status, classes, list(run.changed), list(run.unexercised), len(run.traces),
+                   time.perf_counter() - started, witness=shown[0].witness.dumps() if shown else None)
