@@ -181,11 +181,12 @@ class StdoutFailed(Exception):
 
 
 class _Guarded(io.RawIOBase):
-    """A standard stream's descriptor whose failed write is ``StdoutFailed``, whatever library wrote."""
+    """A standard stream's descriptor whose failed write is ``StdoutFailed``, whatever library wrote;
+    on stderr (``lossy``) a failed write is dropped: there is nowhere left to say anything."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, lossy: bool = False):
         super().__init__()
-        self.fd = fd
+        self.fd, self.lossy = fd, lossy
 
     def writable(self) -> bool:
         return True
@@ -199,10 +200,10 @@ class _Guarded(io.RawIOBase):
     def write(self, data) -> int:
         try:
             return os.write(self.fd, data)
-        except BrokenPipeError:
-            raise
         except OSError as exc:
-            if exc.errno == errno.EPIPE:
+            if self.lossy:
+                return len(data)
+            if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
                 raise BrokenPipeError(*exc.args) from None
             raise StdoutFailed(exc.strerror or str(exc)) from None
 
@@ -211,7 +212,7 @@ def _stream(fd: int, old) -> io.TextIOWrapper:
     """The standard stream ``fd`` through ``_Guarded``, in its encoding but with characters it cannot
     say escaped."""
     encoding = getattr(old, "encoding", None) or "utf-8"
-    return io.TextIOWrapper(io.BufferedWriter(_Guarded(fd)), encoding=encoding, errors="backslashreplace",
+    return io.TextIOWrapper(io.BufferedWriter(_Guarded(fd, lossy=fd == 2)), encoding=encoding, errors="backslashreplace",
                             line_buffering=os.isatty(fd), write_through=False)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from contract.core.child import DEFAULT_TIMEOUT_S, printable, set_time_limit  # noqa: F401 - for the commands
+from contract.core.child import DEFAULT_TIMEOUT_S, checked_timeout, printable, set_time_limit  # noqa: F401
 from contract.core.output import OutputError, one_line
 from contract.core.policy import PolicyError
 from contract.core.trace import TraceError
@@ -115,8 +115,6 @@ def unique_names(policies) -> None:
 
 def timeout_seconds(value: float | None) -> float | None:
     """A ``--timeout`` from 1 s to a week, finite (``contract.core.child.checked_timeout``)."""
-    from contract.core.child import checked_timeout
-
     if value is None:
         return None
     try:
