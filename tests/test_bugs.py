@@ -106,3 +106,13 @@ def test_every_bug_has_its_recorded_outcome(tmp_path):
     """The whole corpus re-injected and replayed: the recall reports/bugs.md gives is this commit's."""
     done = cli("bugs", "--check", env={"CUDAGRAPH_CONTRACT_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_the_readme_gives_the_recall_the_report_records():
+    outcomes = [o for o in recorded().values() if o.status in report.MEASURED]
+    found = sum(o.status == bugs.FOUND for o in outcomes)
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert f"finds {found} of the {len(outcomes)} ({100 * found / len(outcomes):.0f}%)" in text
+    unexercised = sum(o.status == bugs.UNEXERCISED for o in outcomes)
+    assert f"{unexercised} end in exit 3" in text
+    assert f"{sum(o.status == bugs.MISSED for o in outcomes)} pass with exit 0" in text

@@ -33,10 +33,12 @@ CATEGORIES = ("resolution", "sizes", "attention capability", "breakable", "draft
               "ranks", "encoder", "profiling/memory")
 SYMPTOMS = ("crash at start-up", "crash when serving", "hang", "wrong result", "silent eager", "memory")
 RUNNERS = ("mrv1", "mrv2")
-# A bug's outcome: found (a new class or lost graphs on vLLM's own code), missed (the replay ran the
-# edit and vLLM's code showed nothing the contract flags), not exercised (no replayed trace ran the
-# edit), in the release (nothing to re-inject: the release has the bug), not re-injectable (its
-# mechanism has no small edit in the releases replayed), no environment (the release is not here).
+# A bug's outcome: found (a new class or lost graphs on vLLM's own code, which a person then judged
+# against the bug's mechanism: ``match``), missed (some replayed trace called an edited function;
+# ``differing_steps`` says whether vLLM's observations then differed from the release's at all),
+# not exercised (no replayed trace called an edited function), in the release (nothing to
+# re-inject: the release has the bug), not re-injectable (its mechanism has no small edit in the
+# releases replayed), no environment (the release is not here).
 FOUND, MISSED, UNEXERCISED, IN_RELEASE, NOT_REINJECTABLE, NO_ENVIRONMENT = (
     "found", "missed", "not exercised", "in the release", "not re-injectable", "no environment")
 
@@ -65,6 +67,7 @@ class Bug:
     edit: str  # what the edit does
     faithful: str  # why it puts the bug's mechanism back, or why it cannot
     missing: str  # for a bug the tool misses: what it would need (a setting, a property, a component)
+    match: str  # for a found bug: the class a person judged to be the bug's mechanism, and why
 
     @classmethod
     def read(cls, folder: Path) -> Bug:
@@ -86,7 +89,7 @@ class Bug:
                 mechanism=data["mechanism"], category=data["category"], fix=dict(data["fix"]),
                 evidence=tuple(data["evidence"]), release=r.get("release"), runner=r.get("runner"),
                 patch=folder / r["patch"] if r.get("patch") else None, edit=data.get("edit", ""),
-                faithful=data["faithful"], missing=data.get("missing", ""))
+                faithful=data["faithful"], missing=data.get("missing", ""), match=data.get("match", ""))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BugError(f"{where}: {type(exc).__name__}: {exc}") from None
         problem = bug._problem()
@@ -129,19 +132,22 @@ class Outcome:
     changed: list[str] = field(default_factory=list)
     unexercised: list[str] = field(default_factory=list)
     traces: int = 0
+    differing_steps: int = 0  # steps where vLLM's observation on the tree differs from the release's
     seconds: float = 0.0
     detail: str = ""  # why it is not re-injected, or the error that stopped its run
     witness: str | None = None  # a found bug: the first class's witness trace (JSON), its regression test
 
     def to_json(self) -> dict:
+        """The outcome, without its time: the file changes when an outcome does."""
         return {"bug": self.bug, "status": self.status, "classes": self.classes, "changed": self.changed,
-                "unexercised": self.unexercised, "traces": self.traces, "seconds": round(self.seconds),
+                "unexercised": self.unexercised, "traces": self.traces, "differing_steps": self.differing_steps,
                 "detail": self.detail}
 
     @classmethod
     def from_json(cls, data: dict) -> Outcome:
         return cls(str(data["bug"]), str(data["status"]), list(data["classes"]), list(data["changed"]),
-                   list(data["unexercised"]), int(data["traces"]), float(data["seconds"]), str(data["detail"]))
+                   list(data["unexercised"]), int(data["traces"]), int(data["differing_steps"]),
+                   detail=str(data["detail"]))
 
 
 def check(bug: Bug, work: Path, timeout: float | None, kind: str = "covering") -> Outcome:
@@ -166,7 +172,8 @@ def check(bug: Bug, work: Path, timeout: float | None, kind: str = "covering") -
         return Outcome(bug.id, "error", detail=str(exc), seconds=time.perf_counter() - started)
     d = run.differential
     shown = [*d.new, *d.lost]
-    classes = [f"new: {c.title}" for c in d.new] + [f"lost graphs: {c.title}" for c in d.lost]
+    classes = [f"new: {c.title}" for c in d.new] + [c.title for c in d.lost]  # a lost one's title says so
     status = FOUND if classes else MISSED if run.exercised else UNEXERCISED
     return Outcome(bug.id, status, classes, list(run.changed), list(run.unexercised), len(run.traces),
-                   time.perf_counter() - started, witness=shown[0].witness.dumps() if shown else None)
+                   len(run.changes), time.perf_counter() - started,
+                   witness=shown[0].witness.dumps() if shown else None)

@@ -71,7 +71,8 @@ def bugs(
             if not as_json:
                 err.print(f"{bug.id}: {outcomes[bug.id].status}", markup=False, highlight=False)
             advance()
-    differing = sorted(i for i, o in outcomes.items() if i not in recorded or recorded[i].status != o.status)
+    differing = sorted(i for i, o in outcomes.items()
+                       if (check and i not in recorded) or (i in recorded and recorded[i].status != o.status))
     if not check:  # a run of some bugs keeps the recorded outcomes of the others
         every = {b.id: outcomes.get(b.id) or recorded.get(b.id) for b in corpus_bugs}
         every = {i: o for i, o in every.items() if o is not None}
@@ -89,7 +90,9 @@ def bugs(
     else:
         found = sum(o.status == bugs_mod.FOUND for o in outcomes.values())
         replayed = sum(o.status in report.MEASURED for o in outcomes.values())
-        say(f"found {found} of the {replayed} re-injected bugs checked" + ("" if check else f"; {reports / 'bugs.md'}"))
+        said = (f"found {found} of the {replayed} re-injected bug(s) checked" if replayed
+                else f"checked {len(outcomes)} bug(s), none re-injected")
+        say(said + ("" if check else f"; {reports / 'bugs.md'}"))
         for i in differing:
             was = recorded[i].status if i in recorded else "not recorded"
             say(f"{i}: {outcomes[i].status}, recorded as {was}")

@@ -146,7 +146,8 @@ def conform(
                                          "observation cell; the default with --vllm-src) or none."),
     reports: Path = typer.Option(DEFAULT_REPORTS, "--reports", show_default="the checkout's reports/" if CHECKOUT
                                  else "reports/ in the current folder", help="Writes conformance/vllm-<version>.md/.json "
-                                 "and findings.md here."),
+                                 "and findings.md here; with --vllm-src, the branch's report (default: a new folder "
+                                 "under reports/branch in the cache folder)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     device: str = typer.Option("cpu-sim", "--device", help="cpu-sim: simulated CUDA graphs on CPU. cuda: real "
                                "CUDA graphs, each replay's output checked against eager (contract/real/device.py)."),

@@ -80,7 +80,8 @@ def fix_check(
                                "witnesses (the witnesses alone)."),
     timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", callback=timeout_seconds,
                                   help="Seconds each replay, and the root cause's unit test, may take; 1 to 604800."),
-    reports: Optional[Path] = typer.Option(None, "--reports", help="Report folder (default: a new folder here)."),
+    reports: Optional[Path] = typer.Option(None, "--reports", help="Report folder (default: a new folder under "
+                                           "reports/fix-check in the cache folder)."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
 ) -> None:
     """Apply a candidate fix to a copy of the release and check it: the root cause's witnesses fixed

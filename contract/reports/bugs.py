@@ -29,13 +29,19 @@ def _pct(n: int, d: int) -> str:
     return f"{n} of {d} ({100 * n / d:.0f}%)" if d else "none"
 
 
-def _status(o: Outcome) -> str:
+def _status(o: Outcome, bug: Bug) -> str:
     if o.status == FOUND:
-        return f"**found**: {'; '.join(o.classes[:2])}" + (f" (+{len(o.classes) - 2} more)" if len(o.classes) > 2 else "")
+        return f"**found** ({len(o.classes)} class{'es' if len(o.classes) != 1 else ''}; the mechanism's: " \
+               f"{bug.match.split(': ', 1)[0] if bug.match else 'not judged'})"
     if o.status == UNEXERCISED:
-        return f"missed: not exercised (no replayed trace ran {', '.join(f'`{c}`' for c in o.unexercised[:3])})"
+        return (f"missed, not exercised: no replayed trace called "
+                f"{', '.join(f'`{c}`' for c in o.unexercised[:3])}")
     if o.status == MISSED:
-        return "missed: the edit ran, vLLM's code showed no class the contract flags"
+        return ("missed: an edited function was called, " + (
+            f"vLLM's observations differed on {o.differing_steps} step(s), none of them a class the contract "
+            "flags" if o.differing_steps else "vLLM's observations were the release's on every replayed step"))
+    if o.status == IN_RELEASE:
+        return f"in vLLM {bug.release} as released: nothing to re-inject, and its findings show no class of it"
     return o.status + (f": {o.detail}" if o.detail and o.status == "error" else "")
 
 
@@ -43,22 +49,34 @@ def markdown(bugs: list[Bug], outcomes: dict[str, Outcome]) -> str:
     by_id = {b.id: b for b in bugs}
     replayed = [o for o in outcomes.values() if o.status in MEASURED]
     found = [o for o in replayed if o.status == FOUND]
+    unchanged = sum(o.status == MISSED and not o.differing_steps for o in replayed)
     lines = ["# Real vLLM CUDA-graph bugs, re-injected, and what the tool finds", "",
-             f"{len(bugs)} bugs from vLLM's tracker whose root cause is in resolving a mode, sizing, capturing, "
-             "dispatching or replaying CUDA graphs (`bugs/<id>/`: the issues and pull requests, the releases, the "
-             "triggering configuration, the symptom and the mechanism). Each bug whose mechanism has a small edit "
-             "in a release the tool replays is put back into a copy of that release (`bugs/<id>/vllm-<release>.patch`) "
-             "and checked as a reviewer checks a branch: `conform --vllm-src <copy> --base <release>`, vLLM's own "
-             "code on CPU with CUDA graphs simulated, the release's covering corpus, no rule written for any bug "
-             "(`cudagraph-contract bugs`, `make bugs`).", "",
-             f"**Recall: {_pct(len(found), len(replayed))} of the re-injected bugs found.** "
-             f"{sum(o.status == IN_RELEASE for o in outcomes.values())} more are in vLLM 0.34.0 as released (nothing to "
-             f"re-inject; listed below), {sum(o.status == NOT_REINJECTABLE for o in outcomes.values())} have no small "
-             "edit in the releases replayed (out of scope, with the reason).", ""]
+             f"{len(bugs)} bugs from vLLM's tracker (issues and pull requests of 2025 and 2026 found by searching it for "
+             "CUDA-graph modes, capture sizes, capture, dispatch, replay, drafters, micro-batching, LoRA, data "
+             "parallelism, encoder graphs and graph memory; a sample, not every such bug) whose root cause is in "
+             "resolving a mode, sizing, capturing, dispatching or replaying CUDA graphs (`bugs/<id>/`: the issues "
+             "and pull requests, the releases, the triggering configuration, the symptom and the mechanism). Each "
+             "bug whose mechanism has a small edit in a release the tool replays is put back into a copy of that "
+             "release (`bugs/<id>/vllm-<release>.patch`) and checked as a reviewer checks a branch: `conform "
+             "--vllm-src <copy> --base <release>`, vLLM's own code on CPU with CUDA graphs simulated, on the "
+             "release's covering corpus (one generated trace per distinct observation of the model, not every "
+             "scenario), no rule written for any bug (`cudagraph-contract bugs`, `make bugs`; `make evidence` checks "
+             "that every outcome below is this commit's).", "",
+             f"**Recall: {_pct(len(found), len(replayed))} of the re-injected bugs found.** Of the "
+             f"{len(replayed) - len(found)} missed, {sum(o.status == UNEXERCISED for o in replayed)} were not exercised "
+             "(no replayed trace called an edited function: `conform --vllm-src` exits 3 and names them), "
+             f"{unchanged} called an edited function with no difference in what vLLM did, and "
+             f"{sum(o.status == MISSED for o in replayed) - unchanged} made vLLM behave differently without a class the "
+             "contract flags (both exit 0: nothing new). A bug is found when the check reports a class the release "
+             "does not show, new or lost graphs; a person then judged which class is the bug's mechanism. "
+             f"{sum(o.status == IN_RELEASE for o in outcomes.values())} more bugs are in vLLM 0.34.0 as released "
+             "(nothing to re-inject; the tool's findings on 0.34.0 show none of them), "
+             f"{sum(o.status == NOT_REINJECTABLE for o in outcomes.values())} have no small edit in the releases "
+             "replayed (out of scope, each with the reason).", ""]
     misses = [o for o in outcomes.values() if o.status in (MISSED, UNEXERCISED, IN_RELEASE, "error")]
     lines += ["## What to model next", "",
-              "The missed bugs, and those in the release as shipped, grouped by what the tool lacks to find them, "
-              "most bugs first:", ""]
+              "The missed bugs and those in the release as shipped, grouped by what the tool lacks to find them "
+              "(a person's reading of each bug against the model), most bugs first:", ""]
     groups = Counter(by_id[o.bug].missing or "not analysed yet" for o in misses)
     for missing, n in groups.most_common():
         ids = [o.bug for o in misses if (by_id[o.bug].missing or "not analysed yet") == missing]
@@ -81,7 +99,7 @@ def markdown(bugs: list[Bug], outcomes: dict[str, Outcome]) -> str:
         o = outcomes[b.id]
         into = f"{b.release} ({b.runner.upper()})" if b.patch else (f"— (in {b.release})" if b.release else "—")
         lines.append(f"| <a id=\"{b.id}\"></a>[{b.id}](../bugs/{b.id}/README.md) | {b.category} | {b.symptom} | "
-                     f"{' '.join(b.links)} | {into} | {_status(o)} |")
+                     f"{' '.join(b.links)} | {into} | {_status(o, b)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -100,19 +118,20 @@ def readme(bug: Bug, outcome: Outcome | None) -> str:
     else:
         lines += ["## Not re-injected", "", bug.faithful, ""]
     if outcome is not None:
-        lines += ["## What the tool finds", "", _status(outcome) + ".", ""]
+        lines += ["## What the tool finds", "", _status(outcome, bug) + ".", ""]
         if outcome.status == FOUND:
             lines += [f"Found by the general check (`conform --vllm-src` on the release's covering corpus, "
                       f"{outcome.traces} traces): the contract's own properties on vLLM's code, no rule for this bug. "
-                      "The classes it reports new:", ""]
+                      "The classes it reports that the release does not show (new classes, and lost graphs: fewer "
+                      "dispatches served by a graph than on the release):", ""]
             lines += [f"- {c}" for c in outcome.classes]
+            if bug.match:
+                lines += ["", f"Judged by a person to be the bug's mechanism: {bug.match}."]
         elif bug.missing:
             lines += [f"What the tool lacks to find it: {bug.missing}."]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def results_json(outcomes: dict[str, Outcome]) -> str:
-    """The outcomes without their timings: the file changes when an outcome does."""
-    return json.dumps({"schema": "cudagraph-contract.bugs",
-                       "outcomes": [{**o.to_json(), "seconds": 0} for o in outcomes.values()]},
+    return json.dumps({"schema": "cudagraph-contract.bugs", "outcomes": [o.to_json() for o in outcomes.values()]},
                       indent=1, sort_keys=True) + "\n"
