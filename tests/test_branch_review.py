@@ -74,6 +74,7 @@ def runs(tmp_path_factory, request):
         require(release)
     work = tmp_path_factory.mktemp("branch-review")
     env = {**os.environ, "CUDAGRAPH_CONTRACT_CACHE": str(work / "cache"), "VLLM_LOGGING_LEVEL": "ERROR"}
+    elsewhere = tmp_path_factory.mktemp("cwd")
     status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
     jobs = {}
     for release in releases:
@@ -90,9 +91,12 @@ def runs(tmp_path_factory, request):
             jobs[(release, area, "conform-allowing-unexercised")] = (*jobs[(release, area, "conform")][:-1],
                                                                     work / f"report-{release}-{area}-allowed",
                                                                     "--allow-unexercised")
-            # A vLLM developer's usual set-up: the tree on PYTHONPATH, and settings that change what runs.
+            # A vLLM developer's usual set-up: the tree on PYTHONPATH, and settings that change what runs;
+            # the tree named by a path relative to the folder the command runs from.
+            relative = os.path.relpath(tree, elsewhere)
             jobs[(release, area, "conform-in-the-trees-environment")] = (
-                *jobs[(release, area, "conform")][:-1], work / f"report-{release}-{area}-env",
+                "conform", "--vllm-src", relative, *jobs[(release, area, "conform")][3:-1],
+                work / f"report-{release}-{area}-env",
                 {"PYTHONPATH": str(tree), "PYTHONOPTIMIZE": "1", "PYTEST_ADDOPTS": "-x", "VLLM_USE_V2_MODEL_RUNNER": "0"})
         unedited = trees.copy(release, work / f"{release}-unedited")
         every = [x for a in WITNESS for x in ("--traces", work / f"{release}-{a}.json")]
@@ -100,7 +104,6 @@ def runs(tmp_path_factory, request):
         jobs[(release, "unedited", "conform")] = ("conform", "--vllm-src", unedited, *every)
         jobs[(release, "unedited", "verify")] = ("verify", "--vllm-src", unedited, "--profile", "dev")
     jobs = {key: args for key, args in jobs.items() if key in selected}
-    elsewhere = tmp_path_factory.mktemp("cwd")
     # The unedited trees' runs replay every witness on the release first, so the edited trees' runs
     # take their base side from the shared cache, as a reviewer's second run does.
     first = [key for key in jobs if key[1:] == ("unedited", "conform")]

@@ -54,7 +54,7 @@ def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None
     except EnvironmentProblem as exc:
         raise ObserveProblem(str(exc)) from None
     payload = {"runner": family.name, "traces": [t.to_json() for t in traces],
-               "tree": str(tree) if tree is not None else None, "watch": watch or {}}
+               "tree": str(Path(tree).resolve()) if tree is not None else None, "watch": watch or {}}
     progress.stage("traces", len(traces), what)
     try:  # the child counts the traces it replayed
         outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,

@@ -20,7 +20,10 @@ def observe(payload: dict) -> dict:
     if payload.get("tree"):
         from contract.real import overlay
 
-        finder = overlay.install(Path(payload["tree"]), payload.get("watch"))
+        tree = Path(payload["tree"])
+        if not tree.is_absolute() or not tree.is_dir():  # the child runs elsewhere than its parent
+            raise ValueError(f"the tree {tree} is not a folder's absolute path")
+        finder = overlay.install(tree, payload.get("watch"))
     from contract.core import progress
     from contract.core.trace import loads
     from contract.families import by_name
