@@ -85,6 +85,9 @@ def bugs(
             for i, o in outcomes.items():
                 if o.witness is not None:
                     write_atomic(corpus / i / "witness.json", o.witness)
+        for i, o in outcomes.items():  # a bug no longer found has no witness left to replay
+            if o.witness is None:
+                (corpus / i / "witness.json").unlink(missing_ok=True)
     if as_json:
         sys.stdout.write(json.dumps([o.to_json() for o in outcomes.values()], indent=1) + "\n")
     else:
