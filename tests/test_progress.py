@@ -93,6 +93,21 @@ def test_heartbeat_line():
         "0 s", "59 s", "1 min 0 s", "59 min 59 s", "2 h 1 min"]
 
 
+def test_a_heartbeat_that_spoke_ends_with_where_the_run_got_to(capsys):
+    """Stages that arrive between two beats (a relayed child's last count) still reach the log;
+    a run too short for one beat stays silent."""
+    beat = cli_progress.Heartbeat("conform", every=0.05)
+    time.sleep(0.3)
+    beat.stage("trace files", 18, "vLLM 0.30.0")
+    beat.advance(18)
+    beat.close()
+    assert capsys.readouterr().err.splitlines()[-1] == "conform: vLLM 0.30.0: 18 of 18 trace files, 0 s"
+    quiet = cli_progress.Heartbeat("conform", every=60)
+    quiet.stage("trace files", 18, "")
+    quiet.close()
+    assert capsys.readouterr().err == ""
+
+
 class Recorder(progress.Reporter):
     def __init__(self):
         self.events = []

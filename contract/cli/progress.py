@@ -1,6 +1,6 @@
 """Progress of a long command on stderr, never on stdout: a rich progress bar when stderr is a
 terminal, else a line every minute ("verify: 3 of 5 policies, 2 min 0 s"), so that a CI log shows a
-run is alive. ``--quiet`` shows nothing. The stages come from ``contract.core.progress``."""
+run is alive, and, once one was shown, a last line with where the run got to. ``--quiet`` shows nothing. The stages come from ``contract.core.progress``."""
 
 from __future__ import annotations
 
@@ -46,18 +46,24 @@ class Heartbeat(core_progress.Reporter):
     """A line on stderr every ``every`` seconds while the command runs."""
 
     def __init__(self, command: str, every: float):
-        self.state, self.every = _State(command), every
+        self.state, self.every, self.said = _State(command), every, False
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="cudagraph-contract-heartbeat", daemon=True)
         self.thread.start()
 
     def _beat(self) -> None:
         while not self.stopped.wait(self.every):
-            try:
-                sys.stderr.write(self.state.line() + "\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):  # stderr closed: nobody is reading
+            if not self._say():
                 return
+
+    def _say(self) -> bool:
+        try:
+            sys.stderr.write(self.state.line() + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed: nobody is reading
+            return False
+        self.said = True
+        return True
 
     def stage(self, unit, total, what):
         with self.state.lock:
@@ -70,6 +76,8 @@ class Heartbeat(core_progress.Reporter):
     def close(self):
         self.stopped.set()
         self.thread.join()
+        if self.said:  # a log that showed the run under way ends with where it got to
+            self._say()
 
 
 class Bar(core_progress.Reporter):
