@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,19 @@ def test_the_readme_gives_the_recall_the_report_records():
     unexercised = sum(o.status == bugs.UNEXERCISED for o in outcomes)
     assert f"{unexercised} end in exit 3" in text
     assert f"{sum(o.status == bugs.MISSED for o in outcomes)} pass with exit 0" in text
+
+
+def test_a_run_reported_elsewhere_leaves_the_corpus_record_alone(tmp_path):
+    """Each bug's README renders the record beside the corpus (reports/bugs.json); a run whose
+    --reports is another folder writes there only."""
+    source = next(b for b in corpus() if b.patch is None and b.release is None)
+    corpus_dir = tmp_path / "bugs"
+    shutil.copytree(source.folder, corpus_dir / source.id)
+    (corpus_dir / source.id / "README.md").write_text("the record\n")
+    done = cli("bugs", "--corpus", corpus_dir, "--reports", tmp_path / "elsewhere")
+    assert done.returncode == 0, done.stderr
+    assert (corpus_dir / source.id / "README.md").read_text() == "the record\n"
+    assert (tmp_path / "elsewhere" / "bugs.json").is_file()
+    done = cli("bugs", "--corpus", corpus_dir, "--reports", tmp_path / "reports")
+    assert done.returncode == 0, done.stderr
+    assert "not re-injectable" in (corpus_dir / source.id / "README.md").read_text()

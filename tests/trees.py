@@ -59,6 +59,12 @@ EDITS: dict[tuple[str, str], Edit] = {
         "        num_unpadded_tokens=num_tokens,\n",
         "        num_unpadded_tokens=num_tokens + 0,\n",
         "make_cudagraph_stats, which execute_model calls after the dispatch in a part the replay does not run"),
+    ("0.34.0", "sizes"): Edit(
+        "config/vllm.py",
+        "                        range(8, min(max_cudagraph_capture_size + 1, 256), 8)\n",
+        "                        range(8, min(max_cudagraph_capture_size, 256), 8)\n",
+        "_set_cudagraph_sizes stops the 8-stride one short: a default ceiling on the stride (128 at "
+        "--max-num-seqs 64) is no longer captured"),
     ("0.34.0", "spec_decode"): Edit(
         "v1/worker/gpu/spec_decode/autoregressive/speculator.py",
         "        if self.prefill_cudagraph_manager.use_breakable_cg:\n"

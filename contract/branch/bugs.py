@@ -134,6 +134,7 @@ class Outcome:
     traces: int = 0
     differing_steps: int = 0  # steps where vLLM's observation on the tree differs from the release's
     seconds: float = 0.0
+    differing_settings: int = 0  # capture-size settings whose derived lists differ from the release's
     detail: str = ""  # why it is not re-injected, or the error that stopped its run
     witness: str | None = None  # a found bug: the first class's witness trace (JSON), its regression test
 
@@ -141,13 +142,13 @@ class Outcome:
         """The outcome, without its time: the file changes when an outcome does."""
         return {"bug": self.bug, "status": self.status, "classes": self.classes, "changed": self.changed,
                 "unexercised": self.unexercised, "traces": self.traces, "differing_steps": self.differing_steps,
-                "detail": self.detail}
+                "differing_settings": self.differing_settings, "detail": self.detail}
 
     @classmethod
     def from_json(cls, data: dict) -> Outcome:
         return cls(str(data["bug"]), str(data["status"]), list(data["classes"]), list(data["changed"]),
                    list(data["unexercised"]), int(data["traces"]), int(data["differing_steps"]),
-                   detail=str(data["detail"]))
+                   detail=str(data["detail"]), differing_settings=int(data.get("differing_settings", 0)))
 
 
 def check(bug: Bug, work: Path, timeout: float | None, kind: str = "covering") -> Outcome:
@@ -173,7 +174,10 @@ def check(bug: Bug, work: Path, timeout: float | None, kind: str = "covering") -
     d = run.differential
     shown = [*d.new, *d.lost]
     classes = [f"new: {c.title}" for c in d.new] + [c.title for c in d.lost]  # a lost one's title says so
+    classes += [f"new: {c.gap.title}" for c in (run.sizes.new if run.sizes else [])]
     status = FOUND if classes else MISSED if run.exercised else UNEXERCISED
     return Outcome(bug.id, status, classes, list(run.changed), list(run.unexercised), len(run.traces),
                    len(run.changes), time.perf_counter() - started,
-                   witness=shown[0].witness.dumps() if shown else None)
+                   differing_settings=len(run.sizes.changed) if run.sizes else 0,
+                   witness=shown[0].witness.dumps() if shown else
+                   run.sizes.new[0].witness_json(run.version) if run.sizes and run.sizes.new else None)

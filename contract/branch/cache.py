@@ -107,6 +107,18 @@ def store(entry: str, vllm: str, observations: dict, where: dict) -> None:
     _write(entry, {"vllm": vllm, "observations": observations, "where": where})
 
 
+def load_sizes(entry: str, settings: list[dict], notes: Notes) -> list | None:
+    """The release's size records of exactly ``settings`` (``contract/branch/sizes.py``), or None."""
+    content = _read(f"{entry}.sizes", notes)
+    if not (isinstance(content, dict) and content.get("settings") == settings and isinstance(content.get("records"), list)):
+        return None
+    return content["records"]
+
+
+def store_sizes(entry: str, settings: list[dict], records: list) -> None:
+    _write(f"{entry}.sizes", {"settings": settings, "records": records})
+
+
 def load_corpus(entry: str, notes: Notes) -> list | None:
     """The corpus traces kept for ``entry``, or None."""
     content = _read(f"{entry}.corpus", notes)

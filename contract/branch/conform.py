@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.branch import cache
+from contract.branch import sizes as branch_sizes
 from contract.branch.review import Review
 from contract.core import child, progress
 from contract.core.classes import Occurrence, Signature, classes_from, signatures
@@ -67,13 +68,10 @@ def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None
     names = [o.get("name") if isinstance(o, dict) else None for o in data["observations"]]
     if names != [t.name for t in traces]:
         raise ObserveProblem(f"{what} returned observations of other traces than the {len(traces)} it was given")
-    if data.get("vllm") != version:
-        raise ObserveProblem(f"{what} ran vLLM {data.get('vllm')!r}, not {version}")
-    if (not isinstance(data.get("where"), dict) or not isinstance(data.get("tree_modules"), list)
-            or not isinstance(data.get("reached"), list)):
+    if not isinstance(data.get("where"), dict):
         raise ObserveProblem(f"{what} returned observations without where its decisions were made")
     try:
-        provenance.check_loaded(data.get("modules"), release_pkg, version, tree, data["tree_modules"])
+        provenance.check_child(data, release_pkg, version, tree)
     except provenance.ProvenanceProblem as exc:
         raise ObserveProblem(f"{what}: {exc}") from None
     return data
@@ -322,6 +320,11 @@ class BranchRun:
     notes: list[str] = field(default_factory=list)  # what happened to the cache, one line each
     changed: tuple[str, ...] = ()  # the changed functions ("path:qualname") and changed module levels ("path")
     unexercised: tuple[str, ...] = ()  # those no replayed trace ran (a module level: its module never imported)
+    sizes: branch_sizes.SizesRun | None = None  # the capture-size check, where the family models sizes
+
+    def exit_code(self, allow_lost_graphs: bool = False) -> int:
+        """1 when the branch adds a class (traces or sizes), or loses graphs (unless allowed); else 0."""
+        return max(self.differential.exit_code(allow_lost_graphs), int(bool(self.sizes and self.sizes.new)))
 
     @property
     def exercised(self) -> bool:
@@ -335,14 +338,18 @@ class BranchRun:
                 "tree_modules": self.tree_modules, "base_from_cache": self.selection.total - self.base_replayed,
                 "cache_notes": list(self.notes), "changed": list(self.changed),
                 "unexercised": list(self.unexercised), **self.differential.to_json(),
+                "sizes": self.sizes.to_json() if self.sizes else None,
                 "changes": [{"trace": c.trace, "step": c.step, "event": c.event, "base": c.base, "branch": c.branch}
                             for c in self.changes]}
 
 
 def run(review: Review, family: Family, release_policy, python: Path, version: str, kind: str,
-        timeout: float | None, given: list[Trace] | None = None, always: list[Trace] = ()) -> BranchRun:
+        timeout: float | None, given: list[Trace] | None = None, always: list[Trace] = (),
+        size_settings: list | None = None) -> BranchRun:
     """The branch replay: corpus (``given`` replaces it), cached base, impact selection, branch side,
-    classes; ``always`` are replayed whatever the selection (a root cause's witnesses)."""
+    classes; ``always`` are replayed whatever the selection (a root cause's witnesses). The capture-size
+    check (``sizes.py``) runs its grid, or only ``size_settings`` (a size witness's); traces given
+    without size settings skip it."""
     started = time.perf_counter()
     release_pkg, release_digest = _release(python, version)
     entry, notes = cache.key(version, family.name, release_digest), cache.Notes()
@@ -356,11 +363,26 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
                        "the traces given" if given is not None else "--corpus full" if kind == "full" else None)
     kept = selection.names | {t.name for t in always}
     chosen = [t for t in traces if t.name in kept]
-    base_done = time.perf_counter()
-    watch, changed = _changes(review)
-    with cache.guard(notes):
-        data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}",
-                       version, release_pkg, watch)
+    sized = family.observe_sizes is not None and (given is None or bool(size_settings))
+    try:
+        if sized:
+            progress.stage("", None, f"capture sizes of vLLM {version}")
+            size_grid, base_sizes = branch_sizes.base(python, family, version, release_pkg, timeout, size_settings,
+                                                      entry, notes)
+        base_done = time.perf_counter()
+        watch, changed = _changes(review)
+        with cache.guard(notes):
+            data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}",
+                           version, release_pkg, watch)
+            sizes_run = None
+            if sized:
+                progress.stage("", None, f"capture sizes of {review.tree.tree}")
+                sizes_run, side = branch_sizes.run(python, family, version, release_pkg, review.tree.package,
+                                                   timeout, watch, size_grid, base_sizes)
+                data["reached"] = sorted(set(data["reached"]) | side.reached)
+                data["tree_modules"] = sorted(set(data["tree_modules"]) | set(side.tree_modules))
+    except branch_sizes.SizesProblem as exc:
+        raise ObserveProblem(str(exc)) from None
     unexercised = _unexercised(changed, data)
     branch_obs = {o["name"]: o for o in data["observations"]}
     base_obs = {t.name: base_all[t.name] for t in chosen}
@@ -369,7 +391,7 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
     return BranchRun(family, version, review, chosen, selection, d, changes(chosen, base_obs, branch_obs),
                      data["tree_modules"], base_replayed, base_obs, branch_obs,
                      {"base": round(base_done - started, 1), "branch": round(time.perf_counter() - base_done, 1)},
-                     list(notes), tuple(changed), unexercised)
+                     list(notes), tuple(changed), unexercised, sizes_run)
 
 
 def _changes(review: Review) -> tuple[dict[str, list[str]], list[str]]:

@@ -15,15 +15,38 @@ import json
 from pathlib import Path
 
 
-def observe(payload: dict) -> dict:
-    finder = None
-    if payload.get("tree"):
-        from contract.real import overlay
+def _overlay(payload: dict):
+    """The tree's modules on top of the release, its changed functions watched; None for the base."""
+    if not payload.get("tree"):
+        return None
+    from contract.real import overlay
 
-        tree = Path(payload["tree"])
-        if not tree.is_absolute() or not tree.is_dir():  # the child runs elsewhere than its parent
-            raise ValueError(f"the tree {tree} is not a folder's absolute path")
-        finder = overlay.install(tree, payload.get("watch"))
+    tree = Path(payload["tree"])
+    if not tree.is_absolute() or not tree.is_dir():  # the child runs elsewhere than its parent
+        raise ValueError(f"the tree {tree} is not a folder's absolute path")
+    return overlay.install(tree, payload.get("watch"))
+
+
+def _where_from(finder) -> dict:
+    return {"tree_modules": sorted(finder.taken) if finder else [], "reached": sorted(finder.reached) if finder else []}
+
+
+def sizes(payload: dict) -> dict:
+    """The capture-size settings of the payload through the family's real side
+    (``contract/runners/<runner>/real/sizes.py``): one record per setting, in order."""
+    finder = _overlay(payload)
+    from contract.core.sizes import SizeSetting
+    from contract.families import by_name
+    from contract.real.provenance import loaded
+
+    family = by_name(payload["runner"])
+    session = family.session()
+    records = family.observe_sizes(session, [SizeSetting.from_json(x) for x in payload["settings"]])
+    return {"vllm": session.version, **_where_from(finder), "records": records, "modules": loaded()}
+
+
+def observe(payload: dict) -> dict:
+    finder = _overlay(payload)
     from contract.core import progress
     from contract.core.trace import loads
     from contract.families import by_name
@@ -45,6 +68,5 @@ def observe(payload: dict) -> dict:
         log = getattr(session, "decisions", None)
         observations.append({"name": trace.name, "steps": steps, "path": list(log.path) if log is not None else []})
         progress.advance()
-    return {"vllm": session.version, "tree_modules": sorted(finder.taken) if finder else [],
-            "reached": sorted(finder.reached) if finder else [],
-            "observations": observations, "where": dict(sorted(WHERE.items())), "modules": loaded()}
+    return {"vllm": session.version, **_where_from(finder), "observations": observations,
+            "where": dict(sorted(WHERE.items())), "modules": loaded()}

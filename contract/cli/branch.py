@@ -16,6 +16,7 @@ from contract.branch.review import CONFORM, review
 from contract.cli.common import Terminal, checked_base, default_reports, fail, load_tree, resolve_base
 from contract.core.output import OutputError, check_folder, publish
 from contract.core.policy import PolicyError
+from contract.core.sizes import WitnessError, is_witness, witness_setting
 from contract.core.trace import TraceError, load
 from contract.families import by_runner, load_policy
 from contract.real.installed import EnvironmentProblem, environment, missing, release
@@ -43,6 +44,22 @@ def _step_line(c: branch_conform.StepChange) -> str:
 UNEXERCISED = 3  # no replayed trace ran any change of the tree's: no verdict
 
 
+def _given(paths: list[Path]) -> tuple[list, list | None]:
+    """The traces and the size witnesses (``contract/core/sizes.py``) among the files ``--traces``
+    names: witnesses alone check only their settings, traces alone skip the size check."""
+    traces, settings = [], []
+    for p in paths:
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            data = None  # load() says what is wrong with it
+        if is_witness(data):
+            settings.append(witness_setting(data, str(p)))
+        else:
+            traces.append(load(p))
+    return traces, (settings or None)
+
+
 def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus: str, traces: list[Path] | None,
                            reports: Path | None, as_json: bool, timeout: float | None,
                            allow_lost_graphs: bool = False, allow_unexercised: bool = False) -> None:
@@ -67,11 +84,11 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
         check_folder(reports, "--reports")
     except OutputError as exc:
         fail(str(exc))
-    given = None
+    given, size_settings = None, None
     if traces:
         try:
-            given = [load(p) for t in traces for p in (sorted(t.rglob("*.json")) if t.is_dir() else [t])]
-        except TraceError as exc:
+            given, size_settings = _given([p for t in traces for p in (sorted(t.rglob("*.json")) if t.is_dir() else [t])])
+        except (TraceError, WitnessError) as exc:
             fail(str(exc))
     try:
         r = review(tree, chosen, family)
@@ -85,7 +102,8 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
     try:
         release_policy = load_policy(family.release_policy(release(chosen.release)))
         with shown("conform"):
-            run = branch_conform.run(r, family, release_policy, python, chosen.release, corpus, timeout, given)
+            run = branch_conform.run(r, family, release_policy, python, chosen.release, corpus, timeout, given,
+                                     size_settings=size_settings)
     except (branch_conform.ObserveProblem, EnvironmentProblem) as exc:
         fail(str(exc))
     say.print(f"replayed {len(run.traces)} traces on vLLM {run.version} and on {tree.tree} ({run.selection.why}; the "
@@ -117,11 +135,14 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
             for c in getattr(d, key):
                 say.print(f"  {branch_report.LABELS[key]}: [{c.severity_text}] {c.title} — witness {files[(key, c.id)]}",
                           markup=False)
+        if run.sizes is not None:
+            for line in branch_report.sizes_lines(run.sizes, branch_report.size_witness_files(reports, run.sizes)):
+                say.print(line, markup=False)
         if run.changes:
             say.print(f"vLLM's observations differ on {len(run.changes)} step(s)"
                       + (f"; the first {MAX_CHANGES}:" if len(run.changes) > MAX_CHANGES else ":"), markup=False)
             for c in run.changes[:MAX_CHANGES]:
                 say.print(_step_line(c), markup=False)
         say.print(f"report: {index}", markup=False)
-    code = run.differential.exit_code(allow_lost_graphs)
+    code = run.exit_code(allow_lost_graphs)
     raise typer.Exit(UNEXERCISED if code == 0 and not run.exercised and not allow_unexercised else code)

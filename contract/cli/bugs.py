@@ -1,11 +1,13 @@
 """``cudagraph-contract bugs``: the corpus of real vLLM CUDA-graph bugs, each re-injected into its
 release and checked as a branch (``contract/branch/bugs.py``); writes ``bugs.md`` and ``bugs.json``
-into ``--reports`` and each bug's ``README.md``.
+into ``--reports`` and, when ``--reports`` is the ``reports/`` beside the corpus, each bug's
+``README.md`` and witness.
 
 Exit 0 when it measured (whatever the recall), 1 with ``--check`` when an outcome differs from the
 recorded one (``--reports``' ``bugs.json``: a bug found no longer is, or the report is stale), 2 on
 bad input or environment. A found bug's first class's witness is kept as ``bugs/<id>/witness.json``:
-the trace that shows it, replayed by the tests.
+the trace that shows it (or, for a capture-size class, its setting: ``contract/core/sizes.py``),
+replayed by the tests.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def bugs(
     if unknown:
         fail(f"--only {unknown[0]}: no such bug in {corpus}")
     chosen = [b for b in corpus_bugs if not only or b.id in only]
+    # Each bug's README and witness render the corpus's own record (the reports/ beside bugs/); a run
+    # reported elsewhere leaves them as they are.
+    records_corpus = reports.resolve() == corpus.resolve().parent / "reports"
     recorded = _recorded(reports / "bugs.json")
     if not check:
         try:
@@ -80,13 +85,14 @@ def bugs(
             write_atomic(reports / "bugs.json", report.results_json(every))
             if len(every) == len(corpus_bugs):
                 write_atomic(reports / "bugs.md", report.markdown(corpus_bugs, every))
-            for bug in corpus_bugs:
-                write_atomic(bug.folder / "README.md", report.readme(bug, every.get(bug.id)))
-            for i, o in outcomes.items():
-                if o.witness is not None:
-                    write_atomic(corpus / i / "witness.json", o.witness)
+            if records_corpus:
+                for bug in corpus_bugs:
+                    write_atomic(bug.folder / "README.md", report.readme(bug, every.get(bug.id)))
+                for i, o in outcomes.items():
+                    if o.witness is not None:
+                        write_atomic(corpus / i / "witness.json", o.witness)
         for i, o in outcomes.items():  # a bug no longer found has no witness left to replay
-            if o.witness is None:
+            if o.witness is None and records_corpus:
                 (corpus / i / "witness.json").unlink(missing_ok=True)
     if as_json:
         sys.stdout.write(json.dumps([o.to_json() for o in outcomes.values()], indent=1) + "\n")

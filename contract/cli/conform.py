@@ -103,6 +103,12 @@ def _checked(value: object, reports: Path, asked: dict, version: str | None) -> 
     checks = summary.get("device_checks")
     if checks is not None and not (isinstance(checks, dict) and isinstance(checks.get("failures"), list)):
         raise ConformProblem("device checks without failures")
+    sizes = summary.get("capture_sizes")
+    if sizes is not None and not (isinstance(sizes, dict) and all(type(sizes.get(k)) is int and sizes[k] >= 0
+                                                                 for k in ("settings", "derived", "batches"))
+                                  and sizes["derived"] <= sizes["settings"]
+                                  and all(isinstance(sizes.get(k), list) for k in ("disagreements", "classes"))):
+        raise ConformProblem("a capture-size check without its counts")
     report = Path(summary["report"])
     if not report.is_file() or not report.resolve().is_relative_to(reports.resolve()):
         raise ConformProblem(f"a report {report} that is not a file in {reports}")
@@ -140,7 +146,7 @@ def conform(
     traces: Optional[list[Path]] = typer.Option(
         None, "--traces",
         help="A trace file or folder; repeatable. Default: tests/traces, the traces under reports/, and the "
-             "generated set."),
+             "generated set. With --vllm-src, a size witness (a branch report's sizes/) checks its setting alone."),
     corpus: Optional[str] = typer.Option(None, "--corpus", help="Generated traces replayed: full (every scenario of "
                                          "the runner; the default for a release), covering (one trace per new "
                                          "observation cell; the default with --vllm-src) or none."),
@@ -285,7 +291,7 @@ def _replay(options: dict) -> dict:
 
 def _say(result: dict, as_json: bool) -> None:
     """The summary, as JSON or in words, and the exit code it decides: 0 when every step agrees,
-    1 on a disagreement or a failed device check."""
+    1 on a disagreement (a step, or a setting's capture sizes) or a failed device check."""
     summary = result["summary"]
     checks = summary.get("device_checks")
     if as_json:
@@ -304,8 +310,16 @@ def _say(result: dict, as_json: bool) -> None:
         say(f"steps: {summary['agreeing_steps']} of {summary['steps']} agree{pct}")
         for d in summary["disagreements"]:
             say(f"disagreement: {d['name']}: steps {', '.join(str(x.get('step')) for x in d['disagreements'])}")
+        sizes = summary.get("capture_sizes")
+        if sizes is not None:
+            say(f"capture sizes: {sizes['derived'] - len(sizes['disagreements'])} of {sizes['settings']} settings "
+                f"derive the model's lists ({sizes['settings'] - sizes['derived']} rejected by vLLM), "
+                f"{sizes['batches']:,} batches dispatched, {len(sizes['classes'])} P8 class(es)")
+            for d in sizes["disagreements"]:
+                say(f"disagreement: capture sizes of {d}")
         if checks is not None:
             say(f"cuda: {checks.get('graphs_captured')} graphs captured, {checks.get('replays_checked')} replays "
                        f"checked against eager, {len(checks['failures'])} device check failures")
         say(f"report: {summary['report']}")
-    raise typer.Exit(1 if summary["disagreements"] or (checks and checks["failures"]) else 0)
+    sized = summary.get("capture_sizes") or {}
+    raise typer.Exit(1 if summary["disagreements"] or sized.get("disagreements") or (checks and checks["failures"]) else 0)

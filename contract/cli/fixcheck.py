@@ -202,6 +202,13 @@ def fix_check(
             verdict.accepted = False
             verdict.reasons.append("lost graphs on vLLM's code: " + "; ".join(c.title for c in d.lost[:3]))
         verdict.said.append(f"vLLM's code on {len(run.traces)} traces ({run.selection.why}): {d.summary()}")
+        if run.sizes is not None:
+            if run.sizes.new:
+                verdict.accepted = False
+                verdict.reasons.append(f"{len(run.sizes.new)} new capture-size class(es) on vLLM's code: "
+                                       + "; ".join(c.gap.title for c in run.sizes.new[:3]))
+            verdict.said.append(f"vLLM's code on {run.sizes.settings} capture-size settings: {len(run.sizes.new)} new, "
+                                f"{len(run.sizes.fixed)} fixed, {len(run.sizes.inherited)} inherited")
         if tree.release is None:  # the rules the family reads are not the release's: the model differs too
             model = compare(tree.policy, chosen.policy)
             if model.new:

@@ -40,6 +40,9 @@ class Family:
     markers: tuple[str, ...]  # files under vllm/ whose presence means a tree has this runner
     read_tree: Callable  # (package dir, given path, as_policy) -> Branch
     reads: tuple[tuple[str, str], ...]  # (file under vllm/, function) whose statements read_tree reads
+    # -- capture sizes (contract/core/sizes.py); None where the family does not model them yet ------
+    observe_sizes: Callable | None = None  # (session, [SizeSetting]) -> one record per setting
+    best_graph: Callable | None = None  # (setting, Derived, release) -> (Batch -> the best mode a graph gives)
 
     def ships(self, release: tuple[int, int]) -> bool:
         return release >= self.first_release and (self.last_release is None or release <= self.last_release)

@@ -81,6 +81,17 @@ def check_installed(pkg: Path, version: str) -> None:
                                     f"installed; remake it (cudagraph-contract env make {version})")
 
 
+def check_child(data: dict, pkg: Path, version: str, tree: Path | None) -> None:
+    """A replay child's answer (``contract/branch/observe.py``) was given by the release asked for,
+    says what of the tree it ran (``reached``, ``tree_modules``) and ran vLLM's code only from the
+    release's files and the tree's (``check_loaded``)."""
+    if data.get("vllm") != version:
+        raise ProvenanceProblem(f"ran vLLM {data.get('vllm')!r}, not {version}")
+    if not isinstance(data.get("reached"), list) or not isinstance(data.get("tree_modules"), list):
+        raise ProvenanceProblem("did not say what of the tree it ran")
+    check_loaded(data.get("modules"), pkg, version, tree, data["tree_modules"])
+
+
 def check_loaded(modules: object, pkg: Path, version: str, tree: Path | None = None,
                  taken: list[str] = ()) -> None:
     """Every module the child listed came from the release at ``pkg`` unedited or, for a branch run,

@@ -51,6 +51,7 @@ class ConformanceRun:
     decisions: list[dict] = field(default_factory=list)  # decisions.Log.to_json()
     mirrored: list[dict] = field(default_factory=list)  # point, digest, whether this release's is known
     where: dict = field(default_factory=dict)  # point -> owner, function, path, lines (``decisions.WHERE``)
+    sizes: dict | None = None  # the capture-size check (``contract/real/sizes.py``), where the family has one
 
     @property
     def steps(self) -> int:
@@ -79,6 +80,7 @@ class ConformanceRun:
             "agreeing_steps": self.agreeing,
             "agreement": (self.agreeing / steps) if steps else None,
             "disagreeing_traces": len(self.disagreeing),
+            "capture_sizes": self.sizes,
         }
 
     def to_json(self) -> dict:

@@ -46,6 +46,15 @@ def markdown(run, folder: Path) -> str:
             lines.append(f"- **{LABELS[key]}** ({c.severity_text}): {c.title} — witness "
                          f"[`{key}/{c.id}.json`]({files[(key, c.id)].relative_to(folder)})"
                          f" ({c.length} events: {c.events_text}): {c.message}")
+    if run.sizes is not None:
+        lines += ["", "## Capture sizes", "",
+                  "Every setting of the boundary grid (`contract/core/sizes.py`) through vLLM's own size derivation "
+                  "and `CudaGraphManager.dispatch`, on the release and on the tree, each batch up to the capture "
+                  "ceiling judged by P8 (graph coverage) against the graphs the release's documented sizes give. A "
+                  "witness file is a setting: `conform --vllm-src TREE --base RELEASE --traces WITNESS` checks it "
+                  "alone.", ""]
+        lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}"
+                  for line in sizes_lines(run.sizes, size_witness_files(folder, run.sizes), folder)]
     lines += ["", f"## Steps where vLLM's observation differs ({len(run.changes)})", ""]
     if run.changes:
         lines += ["| trace | step | event | base | branch |", "|---|---|---|---|---|"]
@@ -54,6 +63,27 @@ def markdown(run, folder: Path) -> str:
     else:
         lines.append("None: every replayed step is the same on the branch as on the base.")
     return "\n".join(lines) + "\n"
+
+
+def sizes_lines(sizes, files: dict | None = None, relative_to: Path | None = None) -> list[str]:
+    """The capture-size check (``contract/branch/sizes.py``) as a reviewer reads it: the counts, each
+    class with its witness file (``files``, shown relative to ``relative_to``), where the tree derives
+    other lists than the release, and what vLLM logged as a downgrade."""
+    lines = [f"capture sizes: {sizes.settings} settings, {sizes.batches:,} batches dispatched on each side: "
+             f"{len(sizes.new)} new, {len(sizes.fixed)} fixed, {len(sizes.inherited)} inherited"]
+    for key in SIZE_SECTIONS:
+        for c in getattr(sizes, key):
+            path = (files or {}).get((key, c.id))
+            lines.append(f"  {key}: " + c.line("" if path is None else str(path.relative_to(relative_to) if relative_to
+                                                                         else path)))
+    if sizes.changed:
+        lines.append(f"  the tree derives other capture sizes than the release in {len(sizes.changed)} setting(s); "
+                     f"first: {sizes.changed[0]}")
+    if sizes.disagreements:
+        lines.append(f"  the model's derivation differs from the release's in {len(sizes.disagreements)} setting(s) "
+                     f"(a gap in the model); first: {sizes.disagreements[0]}")
+    lines += [f"  documented downgrade: {line}" for line in sizes.documented[:3]]
+    return lines
 
 
 def exercise_line(run) -> str:
@@ -66,10 +96,24 @@ def exercise_line(run) -> str:
     return f"{n - left} of {n} change{'s' if n != 1 else ''} ran" + (f"; {left} did not (below)" if left else "")
 
 
+SIZE_SECTIONS = ("new", "fixed", "inherited")
+
+
+def size_witness_files(folder: Path, sizes) -> dict[tuple[str, str], Path]:
+    """(section, size class id) -> its witness's path in the report folder."""
+    if sizes is None:
+        return {}
+    return {(key, c.id): folder / "sizes" / key / f"{c.id}.json" for key in SIZE_SECTIONS for c in getattr(sizes, key)}
+
+
 def write(folder: Path, run) -> Path:
     for key in SECTIONS:
         for c in getattr(run.differential, key):
             write_atomic(folder / key / f"{c.id}.json", c.witness.dumps())
+    if run.sizes is not None:
+        for key in SIZE_SECTIONS:
+            for c in getattr(run.sizes, key):
+                write_atomic(folder / "sizes" / key / f"{c.id}.json", c.witness_json(run.version))
     write_atomic(folder / "branch.json", json.dumps(run.to_json(), indent=1, sort_keys=True) + "\n")
     index = folder / "README.md"
     write_atomic(index, markdown(run, folder))

@@ -37,9 +37,11 @@ def _status(o: Outcome, bug: Bug) -> str:
         return (f"missed, not exercised: no replayed trace called "
                 f"{', '.join(f'`{c}`' for c in o.unexercised[:3])}")
     if o.status == MISSED:
+        differed = [f"{o.differing_steps} step(s)"] * bool(o.differing_steps) + \
+            [f"the capture sizes of {o.differing_settings} setting(s)"] * bool(o.differing_settings)
         return ("missed: an edited function was called, " + (
-            f"vLLM's observations differed on {o.differing_steps} step(s), none of them a class the contract "
-            "flags" if o.differing_steps else "vLLM's observations were the release's on every replayed step"))
+            f"vLLM's observations differed on {' and '.join(differed)}, none of them a class the contract flags"
+            if differed else "vLLM's observations were the release's on every replayed step"))
     if o.status == IN_RELEASE:
         return f"in vLLM {bug.release} as released: nothing to re-inject, and its findings show no class of it"
     return o.status + (f": {o.detail}" if o.detail and o.status == "error" else "")
@@ -49,7 +51,7 @@ def markdown(bugs: list[Bug], outcomes: dict[str, Outcome]) -> str:
     by_id = {b.id: b for b in bugs}
     replayed = [o for o in outcomes.values() if o.status in MEASURED]
     found = [o for o in replayed if o.status == FOUND]
-    unchanged = sum(o.status == MISSED and not o.differing_steps for o in replayed)
+    unchanged = sum(o.status == MISSED and not o.differing_steps and not o.differing_settings for o in replayed)
     lines = ["# Real vLLM CUDA-graph bugs, re-injected, and what the tool finds", "",
              f"{len(bugs)} bugs from vLLM's tracker (issues and pull requests of 2025 and 2026 found by searching it for "
              "CUDA-graph modes, capture sizes, capture, dispatch, replay, drafters, micro-batching, LoRA, data "

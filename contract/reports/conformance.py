@@ -97,12 +97,30 @@ def markdown(run: ConformanceRun) -> str:
         for d in r.diffs:
             lines += [f"### step {d.index}: {d.event}", "", "| field | model | vLLM |", "|---|---|---|",
                       *diff_rows(d.model, d.real), ""]
+    if run.sizes is not None:
+        lines += _sizes_markdown(run.sizes)
     if run.findings:
         lines += ["## Findings checked against this release", ""]
         for f in run.findings:
             lines.append(f"- **{f.name}** ({', '.join(sorted({v['property'] for v in f.violations}))}): {f.outcome}"
                          + (f" ({f.partly})" if f.partly else ""))
     return "\n".join(lines) + "\n"
+
+
+def _sizes_markdown(sizes: dict) -> list[str]:
+    agree = sizes["derived"] - len(sizes["disagreements"])
+    lines = ["## Capture sizes", "",
+             f"Every setting of the boundary grid (`contract/core/sizes.py`: `max_num_seqs`, `max_num_batched_tokens`, "
+             f"the speculative token count, `cudagraph_mode`, explicit sizes and maximum) through vLLM's own size "
+             f"derivation and `CudaGraphManager.dispatch`, each batch up to the capture ceiling judged by P8 (graph "
+             f"coverage) against the graphs the model's derivation gives.", "",
+             f"- derived lists: **{agree} of {sizes['derived']}** settings vLLM accepts equal the model's "
+             f"({sizes['settings'] - sizes['derived']} of {sizes['settings']} rejected by vLLM's validation)",
+             f"- batches dispatched: {sizes['batches']:,}; P8 classes: {len(sizes['classes'])}"]
+    lines += [f"- disagreement: capture sizes of {d}" for d in sizes["disagreements"]]
+    lines += [f"- P8 class: {c['title']} ({c['settings']} settings; first: {c['first']})" for c in sizes["classes"]]
+    lines += [f"- documented downgrade: {d}" for d in sizes["documented"]]
+    return lines + [""]
 
 
 def write(run: ConformanceRun, reports: Path) -> Path:

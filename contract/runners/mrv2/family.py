@@ -7,7 +7,8 @@ from contract.runners.mrv2 import branch
 from contract.runners.mrv2.model.cudagraph_utils import BED
 from contract.runners.mrv2.model.engine import ENGINE
 from contract.runners.mrv2.model.policies import built_in
-from contract.runners.mrv2.real import conform
+from contract.runners.mrv2.model.sizes import reference
+from contract.runners.mrv2.real import conform, sizes
 from contract.runners.mrv2.real.modules import MODULES, SPECULATORS
 
 
@@ -42,4 +43,6 @@ FAMILY = Family(
     markers=(branch.MANAGER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,
+    observe_sizes=sizes.observe,
+    best_graph=reference,
 )

@@ -10,10 +10,10 @@ modelled space has no LoRA, no micro-batching and one DP rank, so ``num_active_l
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 
+from contract.core.capture_sizes import cdiv, decode_cudagraph_capture_shapes
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
 from contract.core.scenario import MAX_NUM_SEQS
 
@@ -65,10 +65,6 @@ def round_up(x: int, multiple: int) -> int:
     return (x + multiple - 1) // multiple * multiple
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclass(frozen=True)
 class CudaGraphManager:
     """The fields of one manager instance that capture and dispatch read."""
@@ -90,29 +86,11 @@ class CudaGraphManager:
         return self.layer.split(":")[0] + ":breakable_cg_runner"
 
 
-def decode_cudagraph_capture_shapes(sizes, query_lens: dict[int, int], max_tokens: int) -> list[tuple[int, int]]:
-    """``34:config/compilation.py:54-68``: (num_reqs, q) decode graphs."""
-    sizes = sorted(set(sizes))
-    shapes: set[tuple[int, int]] = set()
-    for q, max_reqs in query_lens.items():
-        limit = min(max_reqs, max_tokens // q)
-        reachable = sizes[: bisect.bisect_left(sizes, limit) + 1]
-        shapes.update((min(n, limit), q) for n in reachable if limit >= 1)
-    return sorted(shapes, key=lambda s: (s[1], s[0]))
-
-
 def split_decode_request_sizes(capture_sizes: tuple[int, ...], target_q: int) -> list[int]:
     """``_split_cudagraph_capture_sizes`` for the legacy shared sizes (``34:config/vllm.py:2660-2668``):
     the request counts each target query length rounds the shared sizes up to."""
     shared_max = max(capture_sizes, default=0)
     return sorted({min(cdiv(s, target_q), MAX_NUM_SEQS) for s in capture_sizes if cdiv(s, target_q) * target_q <= shared_max})
-
-
-def decode_cudagraph_capture_grid(max_requests: int) -> list[int]:
-    """``34:config/compilation.py:122-126`` for ``max_requests`` <= 6: every count."""
-    if max_requests > 6:
-        raise AssertionError()
-    return list(range(1, max_requests + 1))
 
 
 def _varlen_sizes(release: str, capture_sizes: tuple[int, ...], q: int, target_q: int) -> list[int]:

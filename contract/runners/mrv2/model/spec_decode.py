@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from contract.core.modes import FULL, FULL_DECODE_ONLY, NONE, AttentionCGSupport, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
+from contract.core.capture_sizes import decode_cudagraph_capture_grid
 from contract.core.scenario import MAX_NUM_SEQS, Scenario, Speculator
 
 PREFILL = "drafter:CudaGraphManager(prefill)"
@@ -44,7 +45,7 @@ def draft_decode_request_sizes(scenario: Scenario, release: str) -> list[int] | 
         return None
     if num_speculative_steps(scenario) < 2 or scenario.speculator not in (Speculator.EAGLE, Speculator.STANDALONE_AR):
         return []
-    return cgu.decode_cudagraph_capture_grid(MAX_NUM_SEQS)
+    return decode_cudagraph_capture_grid(MAX_NUM_SEQS)
 
 
 def init_cudagraph_manager(scenario: Scenario, policy, target_mode: CUDAGraphMode,

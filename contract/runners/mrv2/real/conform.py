@@ -20,7 +20,11 @@ from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
 from contract.core.scenario import DrafterKind, Runner, all_scenarios
+from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
+from contract.real.sizes import conformance as size_conformance
+from contract.runners.mrv2.model.sizes import reference
+from contract.runners.mrv2.real import sizes
 from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPLAYED_WITHOUT_MODEL, REPLAYED_SPECULATORS
 from contract.runners.mrv2.model.space import adaptive_attention
 
@@ -120,6 +124,10 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
                 out.generated_diffs.append(result)
             progress.advance()
         out.generated["violations"] = dict(sorted(counts.items()))
+    settings = grid()
+    progress.stage("capture-size settings", None, f"vLLM {session.version}")
+    release = ".".join(session.version.split(".")[:2])
+    out.sizes = size_conformance(reference, release, settings, sizes.observe(session, settings))
     from contract.real.decisions import WHERE
     from contract.runners.mrv2.real import decision_points
 

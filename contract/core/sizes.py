@@ -1,0 +1,288 @@
+"""Capture sizes against the scheduler's limits, and P8, graph coverage, over the graph vLLM's own
+code serves each batch with.
+
+A ``SizeSetting`` is what a user passes (``--max-num-seqs``, ``--max-num-batched-tokens``, the
+speculative token count, ``cudagraph_mode`` and the capture sizes or their maximum); vLLM derives the
+capture size lists from it (``VllmConfig._set_cudagraph_sizes``, ``34:config/vllm.py:2322-2556``,
+``33:config/vllm.py:2398-2660``; modelled in ``contract/core/capture_sizes.py``) and the runner's
+manager picks a graph per batch (``CudaGraphManager.dispatch``,
+``34:v1/worker/gpu/cudagraph_utils.py:558-602``). The grid holds the boundary values where that
+derivation has steps: one request, sizes of the 8-stride ladder and one past them, ``max_num_seqs``
+off the stride, ``max_num_batched_tokens`` off the stride and under the capture ceiling, query
+lengths that do not divide the ladder, an explicit list and an explicit maximum. Every batch up to
+one past the ceiling is dispatched: each is a dictionary lookup.
+
+**P8** (graph coverage): each batch is served by a graph at least as strong (NONE < PIECEWISE <
+FULL) as the best one the release's documented sizes give for it (the model's derivation and the
+graphs its manager captures from them: ``best``), and never by a graph smaller than the batch. A
+weaker graph is a silent eager fallback: PIECEWISE runs attention eagerly, NONE everything. What vLLM
+logs when it serves fewer batches than the settings ask for (``DOWNGRADES``) is part of the
+documented derivation, listed with the setting, never a violation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from contract.core.modes import FULL, FULL_AND_PIECEWISE, NONE, PIECEWISE, CUDAGraphMode
+
+DEFAULT_MAX_GRAPH_SIZE = 512  # 34:config/vllm.py:2385-2387 (1024 on Blackwell, which the replay is not)
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # where the grid leaves it: above every ceiling
+
+# What vLLM logs when it serves fewer batches with graphs than the settings ask for, with where.
+DOWNGRADES = {
+    "truncated": (re.compile(r"Truncating max_cudagraph_capture_size to (\d+)"),
+                  "34:config/vllm.py:2524-2528, 33:config/vllm.py:2625-2629"),
+}
+
+
+@dataclass(frozen=True)
+class SizeSetting:
+    """What the user sets, named as ``vllm serve`` and ``CompilationConfig`` name it."""
+
+    max_num_seqs: int
+    num_speculative_tokens: int = 0
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    cudagraph_mode: str = FULL_AND_PIECEWISE.name
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_cudagraph_capture_size: int | None = None
+
+    @property
+    def mode(self) -> CUDAGraphMode:
+        return CUDAGraphMode[self.cudagraph_mode]
+
+    @property
+    def q(self) -> int:
+        """``uniform_decode_query_len`` (``34:config/vllm.py:657-675``)."""
+        return 1 + self.num_speculative_tokens
+
+    def ceiling(self) -> int:
+        """The largest batch, in tokens, the settings ask graphs for: the explicit maximum, else the
+        largest explicit size, else vLLM's default ``min(max_num_seqs * q * 2, 512)``
+        (``34:config/vllm.py:2384-2390``), within ``max_num_batched_tokens``."""
+        if self.max_cudagraph_capture_size is not None:
+            asked = self.max_cudagraph_capture_size
+        elif self.cudagraph_capture_sizes:
+            asked = max(self.cudagraph_capture_sizes)
+        else:
+            asked = min(self.max_num_seqs * self.q * 2, DEFAULT_MAX_GRAPH_SIZE)
+        return min(asked, self.max_num_batched_tokens)
+
+    def flags(self) -> str:
+        """The ``vllm serve`` flags that set it (a drafter named by its token count only)."""
+        out = [f"--max-num-seqs {self.max_num_seqs}"]
+        if self.max_num_batched_tokens != DEFAULT_MAX_NUM_BATCHED_TOKENS:
+            out.append(f"--max-num-batched-tokens {self.max_num_batched_tokens}")
+        if self.num_speculative_tokens:
+            out.append(f"--speculative-config '{{\"num_speculative_tokens\": {self.num_speculative_tokens}, ...}}'")
+        cc = [f'"cudagraph_mode": "{self.cudagraph_mode}"']
+        if self.cudagraph_capture_sizes is not None:
+            cc.append(f'"cudagraph_capture_sizes": {list(self.cudagraph_capture_sizes)}')
+        if self.max_cudagraph_capture_size is not None:
+            cc.append(f'"max_cudagraph_capture_size": {self.max_cudagraph_capture_size}')
+        out.append(f"--compilation-config '{{{', '.join(cc)}}}'")
+        return " ".join(out)
+
+    def to_json(self) -> dict:
+        out = {"max_num_seqs": self.max_num_seqs, "num_speculative_tokens": self.num_speculative_tokens,
+               "max_num_batched_tokens": self.max_num_batched_tokens, "cudagraph_mode": self.cudagraph_mode}
+        if self.cudagraph_capture_sizes is not None:
+            out["cudagraph_capture_sizes"] = list(self.cudagraph_capture_sizes)
+        if self.max_cudagraph_capture_size is not None:
+            out["max_cudagraph_capture_size"] = self.max_cudagraph_capture_size
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> SizeSetting:
+        sizes = data.get("cudagraph_capture_sizes")
+        return cls(int(data["max_num_seqs"]), int(data["num_speculative_tokens"]), int(data["max_num_batched_tokens"]),
+                   str(data["cudagraph_mode"]), tuple(int(s) for s in sizes) if sizes is not None else None,
+                   data.get("max_cudagraph_capture_size"))
+
+
+def grid() -> list[SizeSetting]:
+    """The boundary settings, in a fixed order (module docstring)."""
+    out = []
+    for mode in (FULL_AND_PIECEWISE, CUDAGraphMode.FULL_DECODE_ONLY, FULL, PIECEWISE):
+        for mns, k in itertools.product((1, 6, 8, 9, 100, 128, 256), (0, 1, 2, 6)):
+            out.append(SizeSetting(mns, k, cudagraph_mode=mode.name))
+        # max_num_batched_tokens off the stride and under the ceiling (vLLM refuses it under max_num_seqs)
+        for mns, tokens in ((64, 100), (256, 300), (100, 150)):
+            out.append(SizeSetting(mns, 0, tokens, mode.name))
+        out.append(SizeSetting(16, 2, cudagraph_mode=mode.name, cudagraph_capture_sizes=(1, 2, 4, 8, 16, 24)))
+        out.append(SizeSetting(6, 6, cudagraph_mode=mode.name, max_cudagraph_capture_size=42))
+        out.append(SizeSetting(100, 0, cudagraph_mode=mode.name, max_cudagraph_capture_size=100))
+    return out
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch a step can bring: ``decode`` is ``num_reqs`` requests of ``q`` tokens each, ``mixed``
+    is ``num_tokens`` tokens over ``min(num_tokens, max_num_seqs)`` requests."""
+
+    kind: str
+    num_tokens: int
+    num_reqs: int
+
+
+def batches(s: SizeSetting) -> Iterator[Batch]:
+    """Every decode batch (1..``max_num_seqs`` requests) and every mixed batch up to one past the
+    ceiling."""
+    for n in range(1, s.max_num_seqs + 1):
+        if n * s.q <= s.max_num_batched_tokens:
+            yield Batch("decode", n * s.q, n)
+    for t in range(1, min(s.ceiling() + 1, s.max_num_batched_tokens) + 1):
+        yield Batch("mixed", t, min(t, s.max_num_seqs))
+
+
+@dataclass(frozen=True)
+class Served:
+    """The descriptor vLLM picked: its mode and the graph's token and request counts."""
+
+    mode: str
+    num_tokens: int
+    num_reqs: int | None
+
+
+_STRENGTH = {NONE.name: 0, PIECEWISE.name: 1, FULL.name: 2}
+
+
+@dataclass(frozen=True, order=True)
+class Gap:
+    """A P8 signature: a batch kind served by ``served`` where a ``wanted`` graph could serve it."""
+
+    kind: str
+    wanted: str
+    served: str
+    what: str  # "weaker graph" or "graph smaller than the batch"
+
+    @property
+    def title(self) -> str:
+        if self.kind in PHASES:
+            return f"P0 vLLM stops {PHASES[self.kind]}: {self.what}"
+        if self.what == SMALLER:
+            return f"P8 {self.kind} batches replay a {self.served} graph smaller than the batch"
+        if self.served == NONE.name:
+            return f"P8 {self.kind} batches a {self.wanted} graph could serve run eagerly"
+        return f"P8 {self.kind} batches a {self.wanted} graph could serve take {self.served} graphs"
+
+    @property
+    def severity(self) -> str:
+        if self.kind in PHASES:
+            return f"crash {PHASES[self.kind]}"
+        return "wrong result" if self.what == SMALLER else "silent eager fallback"
+
+    @property
+    def property(self) -> str:
+        return "P0" if self.kind in PHASES else "P8"
+
+    def to_json(self) -> dict:
+        return {"property": self.property, "kind": self.kind, "wanted": self.wanted, "served": self.served,
+                "what": self.what, "title": self.title, "severity": self.severity}
+
+
+WEAKER = "weaker graph"
+SMALLER = "graph smaller than the batch"
+PHASES = {"config": "at start-up", "dispatch": "when serving"}  # where vLLM's code raised
+
+
+def crash(phase: str, raised: str, at: str | None) -> Gap:
+    """vLLM's code raised deriving the sizes (``config``) or dispatching a batch (``dispatch``): P0."""
+    return Gap(phase, "-", "-", f"{raised} at {at or 'an unknown line'}")
+
+
+@dataclass
+class Judged:
+    """One setting on one side: its gaps (signature -> the batches showing it) and the downgrades
+    vLLM logged for it (``DOWNGRADES``), which P8 takes as said."""
+
+    gaps: dict[Gap, list[Batch]] = field(default_factory=dict)
+    documented: list[str] = field(default_factory=list)
+
+
+def judge(served: dict[Batch, Served], best: Callable[[Batch], CUDAGraphMode], logged: list[str]) -> Judged:
+    """P8 over what vLLM served each batch with, against ``best``: the strongest mode a graph the
+    release's documented sizes give could serve it with (``contract/runners/mrv2/model/sizes.py``)."""
+    out = Judged(documented=[f"{line} ({where})" for line in logged for p, where in DOWNGRADES.values()
+                             if p.search(line)])
+    for b, got in served.items():
+        want = best(b)
+        if got.mode != NONE.name and (got.num_tokens < b.num_tokens or (got.num_reqs is not None
+                                                                       and got.num_reqs < b.num_reqs)):
+            out.gaps.setdefault(Gap(b.kind, want.name, got.mode, SMALLER), []).append(b)
+        elif _STRENGTH[got.mode] < _STRENGTH[want.name]:
+            out.gaps.setdefault(Gap(b.kind, want.name, got.mode, WEAKER), []).append(b)
+    return out
+
+class RunsError(ValueError):
+    """The real side's runs do not cover the setting's batches exactly."""
+
+
+def served_from(s: SizeSetting, runs: list) -> dict[Batch, Served]:
+    """Each batch of ``batches(s)`` with its descriptor, from the runs ``[kind, first tokens, last
+    tokens, mode, tokens, requests]`` the real side reports (consecutive batches of a kind served
+    alike); ``RunsError`` unless they cover exactly those batches."""
+    out: dict[Batch, Served] = {}
+    expected_batches = list(batches(s))
+    queue = iter(expected_batches)
+    for run in runs:
+        if not (isinstance(run, list) and len(run) == 6 and run[3] in _STRENGTH):
+            raise RunsError(f"a run {run!r} is not [kind, first, last, mode, tokens, requests]")
+        kind, first, last, mode, tokens, reqs = run
+        got = Served(mode, int(tokens), None if reqs is None else int(reqs))
+        while True:
+            b = next(queue, None)
+            if b is None or b.kind != kind or not first <= b.num_tokens <= last:
+                raise RunsError(f"the runs do not follow the batches of {s.flags()}")
+            out[b] = got
+            if b.num_tokens == last:
+                break
+    if len(out) != len(expected_batches):
+        raise RunsError(f"the runs cover {len(out)} of the {len(expected_batches)} batches of {s.flags()}")
+    return out
+
+
+WITNESS_SCHEMA = "cudagraph-contract.size-witness"
+
+
+class WitnessError(ValueError):
+    """A file is not a size witness this tool wrote; one line."""
+
+
+def witness_json(setting: SizeSetting, gap: Gap, shown: list[Batch], vllm: str) -> dict:
+    """What a size class is witnessed by: its setting (replayed by ``conform --vllm-src --traces``),
+    the ``vllm serve`` flags, the signature and the batches that show it."""
+    return {"schema": WITNESS_SCHEMA, "setting": setting.to_json(), "flags": setting.flags(), "class": gap.to_json(),
+            "batches": [b.num_tokens for b in shown], "vllm": vllm}
+
+
+def is_witness(data) -> bool:
+    return isinstance(data, dict) and data.get("schema") == WITNESS_SCHEMA
+
+
+def witness_setting(data: dict, where: str) -> SizeSetting:
+    """The setting of a size witness read from ``where``, checked field by field."""
+    s = data.get("setting")
+    ints = ("max_num_seqs", "num_speculative_tokens", "max_num_batched_tokens")
+    try:
+        if not isinstance(s, dict) or set(s) - {*ints, "cudagraph_mode", "cudagraph_capture_sizes",
+                                                "max_cudagraph_capture_size"}:
+            raise ValueError("its setting has other fields than a size setting's")
+        if any(not isinstance(s.get(k), int) or isinstance(s.get(k), bool) or s[k] < (0 if k == ints[1] else 1)
+               for k in ints):
+            raise ValueError(f"its setting needs {', '.join(ints)} as positive integers")
+        if s.get("cudagraph_mode") not in CUDAGraphMode.__members__:
+            raise ValueError(f"cudagraph_mode {s.get('cudagraph_mode')!r} is not one of vLLM's modes")
+        sizes = s.get("cudagraph_capture_sizes")
+        if sizes is not None and (not isinstance(sizes, list) or not sizes
+                                  or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes)):
+            raise ValueError("cudagraph_capture_sizes must be a list of positive integers")
+        top = s.get("max_cudagraph_capture_size")
+        if top is not None and (not isinstance(top, int) or isinstance(top, bool) or top < 1):
+            raise ValueError("max_cudagraph_capture_size must be a positive integer")
+        return SizeSetting.from_json(s)
+    except ValueError as exc:
+        raise WitnessError(f"{where} is not a size witness: {exc}") from None

@@ -1,0 +1,82 @@
+"""The records of the real side's size check (``contract/runners/<runner>/real/sizes.py``) judged:
+P8 against the release's documented sizes (the model's derivation, ``contract/core/capture_sizes.py``,
+and the graphs the family's manager captures from it), and vLLM's derived lists against the model's.
+Used by the branch check (``contract/branch/sizes.py``) and by a release's conformance run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from contract.core.capture_sizes import derive
+from contract.core.sizes import Batch, Gap, RunsError, SizeSetting, batches, crash, judge, served_from
+
+
+class SizesProblem(Exception):
+    """The size check's child failed or answered something other than it was asked; one line."""
+
+
+@dataclass
+class Side:
+    """One side's judged records: per signature, per setting, the batches that show it."""
+
+    found: dict[Gap, dict[SizeSetting, list[Batch]]] = field(default_factory=dict)
+    derived: dict[SizeSetting, dict | str] = field(default_factory=dict)  # the lists, or the rejection
+    documented: dict[SizeSetting, list[str]] = field(default_factory=dict)
+    reached: set[str] = field(default_factory=set)
+    tree_modules: list[str] = field(default_factory=list)
+
+
+def judged(best_graph: Callable, release: str, settings: list[SizeSetting], data: dict, what: str) -> Side:
+    """P8 over one side's records, against the release's documented sizes."""
+    side = Side(reached=set(data["reached"]), tree_modules=list(data["tree_modules"]))
+    for s, record in zip(settings, data["records"]):
+        if "raised" in record:
+            gap = crash(str(record.get("phase")), str(record["raised"]), record.get("at"))
+            side.found.setdefault(gap, {})[s] = []
+            continue
+        if "rejected" in record:
+            side.derived[s] = str(record["rejected"])
+            continue
+        try:
+            served = served_from(s, record["served"])
+        except (RunsError, KeyError, TypeError, ValueError) as exc:
+            raise SizesProblem(f"{what}: {exc}") from None
+        side.derived[s] = {"cudagraph_mode": record.get("mode"), **record.get("derived", {})}
+        best = best_graph(s, derive(s, release), release)
+        result = judge(served, best, [str(x) for x in record.get("logged", [])])
+        for gap, shown in result.gaps.items():
+            side.found.setdefault(gap, {})[s] = shown
+        if result.documented:
+            side.documented[s] = result.documented
+    return side
+
+
+def model_lists(s: SizeSetting, release: str) -> dict | str:
+    d = derive(s, release)
+    return d.rejected if d.rejected is not None else {"cudagraph_mode": d.cudagraph_mode, **d.lists()}
+
+
+def same(real: dict | str, model: dict | str) -> bool:
+    if isinstance(real, str) or isinstance(model, str):
+        return isinstance(real, str) and isinstance(model, str)  # both reject (vLLM's wording is its own)
+    return real == model
+
+
+def disagreements(side: Side, settings: list[SizeSetting], release: str) -> list[str]:
+    """The settings (as flags) where vLLM's derived lists, or its rejection, are not the model's."""
+    return [s.flags() for s in settings if s in side.derived and not same(side.derived[s], model_lists(s, release))]
+
+
+def conformance(best_graph: Callable, release: str, settings: list[SizeSetting], records: list[dict]) -> dict:
+    """A release's size check for its conformance report: how many settings' derived lists agree
+    with the model's, the P8 classes (each with its first setting), the downgrades vLLM logged."""
+    side = judged(best_graph, release, settings, {"records": records, "reached": [], "tree_modules": []},
+                  f"vLLM {release}")
+    return {"settings": len(settings), "derived": len(side.derived),
+            "disagreements": disagreements(side, settings, release),
+            "batches": sum(1 for s in settings for _ in batches(s)),
+            "classes": [{**gap.to_json(), "settings": len(where), "first": min(where, key=settings.index).flags()}
+                        for gap, where in sorted(side.found.items())],
+            "documented": [f"{s.flags()}: {line}" for s, lines in side.documented.items() for line in lines]}

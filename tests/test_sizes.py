@@ -1,0 +1,222 @@
+"""Capture sizes: the model's derivation against vLLM's, P8 (graph coverage) on the release and on
+mutants of the derivation and the dispatch, the size witness, and an edited 0.34.0 tree whose size
+derivation loses graphs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from contract.branch import sizes as branch_sizes
+from contract.core import capture_sizes, sizes
+from contract.core.capture_sizes import derive
+from contract.core.modes import FULL, NONE, PIECEWISE
+from contract.core.sizes import Batch, Gap, Served, SizeSetting, judge, served_from
+from contract.families import by_name
+from contract.real import sizes as real_sizes
+from contract.runners.mrv2.model import sizes as mrv2_sizes
+
+ROOT = Path(__file__).resolve().parents[1]
+MRV2 = by_name("mrv2")
+
+
+def test_the_default_ladder_with_max_num_seqs_and_max_num_batched_tokens_off_the_stride():
+    """``34:config/vllm.py:2380-2500``: 1, 2, 4, the 8-stride up to the ceiling, max_num_seqs (q = 1)
+    and max_num_batched_tokens where they fit; the split's prefill sizes are the shared ones."""
+    assert derive(SizeSetting(9), "0.33").cudagraph_capture_sizes == (1, 2, 4, 8, 9, 16)
+    d = derive(SizeSetting(64, 0, 100), "0.34")
+    assert d.cudagraph_capture_sizes[-3:] == (88, 96, 100) and d.prefill_cudagraph_capture_token_sizes[-1] == 100
+    assert d.decode_cudagraph_capture_request_sizes[-1] == 64
+
+
+def test_an_explicit_maximum_off_the_ladder_is_truncated_and_logged_and_an_inconsistent_pair_rejected():
+    d = derive(SizeSetting(6, 6, max_cudagraph_capture_size=42), "0.34")
+    assert d.logged == ("Truncating max_cudagraph_capture_size to 40",) and 42 not in d.cudagraph_capture_sizes
+    both = SizeSetting(6, 0, cudagraph_capture_sizes=(1, 2, 4), max_cudagraph_capture_size=8)
+    assert derive(both, "0.34").rejected.startswith("ValueError: customized max_cudagraph_capture_size(=8)")
+    assert derive(SizeSetting(6, cudagraph_mode="NONE"), "0.34").cudagraph_capture_sizes == ()
+
+
+def _served_by_model(s: SizeSetting, derived, release: str) -> dict[Batch, Served]:
+    """A dispatch that serves every batch with the best graph ``derived`` gives, padded to it."""
+    g = mrv2_sizes.graphs(s, derived, release)
+    out = {}
+    for b in sizes.batches(s):
+        mode = mrv2_sizes.best(s, g, b)
+        if mode == FULL and b.kind == "decode" and g.decode_mode == FULL and any(n >= b.num_reqs for n, _ in g.decode):
+            n = min(n for n, _ in g.decode if n >= b.num_reqs)
+            out[b] = Served(FULL.name, n * s.q, n)
+        elif mode != NONE:
+            t = min(t for t in g.tokens if t >= b.num_tokens and (mode != FULL or min(t, s.max_num_seqs) >= b.num_reqs))
+            out[b] = Served(mode.name, t, min(t, s.max_num_seqs) if mode == FULL else None)
+        else:
+            out[b] = Served(NONE.name, b.num_tokens, b.num_reqs)
+    return out
+
+
+def _gaps(release: str, mutate=lambda s, d: d, serve=_served_by_model) -> set[Gap]:
+    found = set()
+    for s in sizes.grid():
+        reference = derive(s, release)
+        if reference.rejected:
+            continue
+        best = mrv2_sizes.reference(s, reference, release)
+        found |= set(judge(serve(s, mutate(s, reference), release), best, list(reference.logged)).gaps)
+    return found
+
+
+@pytest.mark.parametrize("release", capture_sizes.RELEASES)
+def test_p8_holds_on_the_model_and_fails_on_each_mutant(release):
+    """The model served by its own graphs shows no gap; each mutant of the derivation or the dispatch
+    is killed by P8 (the mutants are the shapes of real bugs: bugs/<id>/)."""
+    assert _gaps(release) == set()
+
+    def no_max_num_batched_tokens(s, d):  # bugs/max-num-batched-tokens-not-captured
+        if s.max_num_batched_tokens in d.cudagraph_capture_sizes and s.max_num_batched_tokens % 8:
+            drop = tuple(x for x in d.cudagraph_capture_sizes if x != s.max_num_batched_tokens)
+            return dataclasses.replace(d, cudagraph_capture_sizes=drop, max_cudagraph_capture_size=drop[-1],
+                                       prefill_cudagraph_capture_token_sizes=drop if release == "0.34" else None)
+        return d
+
+    def no_decode_graphs(s, d):
+        return dataclasses.replace(d, decode_cudagraph_capture_request_sizes=(),
+                                   cudagraph_capture_sizes=() if release == "0.33" else d.cudagraph_capture_sizes)
+
+    def smaller_graph(s, derived, rel):  # a dispatch that replays the graph below the batch
+        served = _served_by_model(s, derived, rel)
+        return {b: Served(g.mode, max(1, g.num_tokens - 1), g.num_reqs) if g.mode == PIECEWISE.name else g
+                for b, g in served.items()}
+
+    def weaker_decode(s, derived, rel):  # bugs/mrv2-uniform-decode-gap-falls-to-piecewise's shape
+        served = _served_by_model(s, derived, rel)
+        return {b: Served(PIECEWISE.name, g.num_tokens, None) if b.kind == "decode" and g.mode == FULL.name else g
+                for b, g in served.items()}
+
+    assert {g.kind for g in _gaps(release, no_max_num_batched_tokens)} == {"mixed"}
+    assert {(g.kind, g.wanted) for g in _gaps(release, no_decode_graphs)} >= {("decode", FULL.name)}
+    assert {g.what for g in _gaps(release, serve=smaller_graph)} == {sizes.SMALLER}
+    assert {(g.kind, g.served) for g in _gaps(release, serve=weaker_decode)} == {("decode", PIECEWISE.name)}
+
+
+def test_the_real_sides_runs_must_cover_the_settings_batches_exactly():
+    s = SizeSetting(1)
+    every = list(sizes.batches(s))
+    runs = [[b.kind, b.num_tokens, b.num_tokens, "NONE", b.num_tokens, b.num_reqs] for b in every]
+    assert len(served_from(s, runs)) == len(every)
+    for bad in (runs[:-1], [*runs, runs[-1]], [[*runs[0][:3], "EAGER", 1, 1], *runs[1:]]):
+        with pytest.raises(sizes.RunsError):
+            served_from(s, bad)
+
+
+def test_a_size_witness_is_read_field_by_field(tmp_path):
+    s = SizeSetting(64, 0, 100, "FULL")
+    gap = Gap("mixed", "FULL", "NONE", sizes.WEAKER)
+    data = sizes.witness_json(s, gap, [Batch("mixed", 97, 64)], "0.34.0")
+    assert sizes.witness_setting(json.loads(json.dumps(data)), "w.json") == s
+    for setting in ({**data["setting"], "max_num_seqs": 0}, {**data["setting"], "cudagraph_mode": "EAGER"},
+                    {**data["setting"], "extra": 1}, {**data["setting"], "cudagraph_capture_sizes": []}):
+        with pytest.raises(sizes.WitnessError, match="w.json is not a size witness"):
+            sizes.witness_setting({**data, "setting": setting}, "w.json")
+
+
+def _release_side(release: str):
+    from vllm_envs import installed
+
+    from contract.real.installed import environment
+
+    version = f"{release}.0"
+    pkg = installed(version)
+    settings = sizes.grid()
+    data = branch_sizes._observe(environment(version), MRV2, settings, None, 600, f"vLLM {version}", version, pkg, None)
+    return settings, data
+
+
+MODES = ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL", "PIECEWISE")
+
+
+@st.composite
+def size_settings(draw) -> SizeSetting:
+    mns = draw(st.integers(1, 300))
+    return SizeSetting(
+        mns, draw(st.integers(0, 7)), draw(st.one_of(st.just(sizes.DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                                                     st.integers(mns, 1024))),
+        draw(st.sampled_from(MODES)),
+        draw(st.one_of(st.none(), st.lists(st.integers(1, 600), min_size=1, max_size=8).map(tuple))),
+        draw(st.one_of(st.none(), st.integers(1, 600))))
+
+
+@pytest.mark.conformance
+@settings(max_examples=1, deadline=None, derandomize=True, phases=(Phase.generate,))  # one child run
+@given(st.lists(size_settings(), min_size=60, max_size=60, unique=True))
+def test_the_model_derives_what_vllm_0_34_derives_for_drawn_settings(drawn):
+    """Beyond the grid: 60 drawn settings (explicit lists and maxima anywhere, any query length)
+    through vLLM's own derivation, in one child; the model derives the same lists, or both reject."""
+    from vllm_envs import installed
+
+    from contract.real.installed import environment
+
+    pkg = installed("0.34.0")
+    data = branch_sizes._observe(environment("0.34.0"), MRV2, drawn, None, 600, "vLLM 0.34.0", "0.34.0", pkg, None)
+    side = real_sizes.judged(MRV2.best_graph, "0.34", drawn, data, "0.34")
+    assert real_sizes.disagreements(side, drawn, "0.34") == []
+    assert side.found == {}, [g.title for g in side.found]
+
+
+def _conforms(release: str):
+    settings, data = _release_side(release)
+    side = real_sizes.judged(MRV2.best_graph, release, settings, data, release)
+    disagree = real_sizes.disagreements(side, settings, release)
+    assert disagree == [] and side.found == {}, (disagree[:3], list(side.found)[:3])
+    assert len(side.derived) == len(settings)
+
+
+@pytest.mark.conformance
+def test_the_model_derives_what_vllm_0_34_derives_and_its_dispatch_leaves_no_gap():
+    _conforms("0.34")
+
+
+@pytest.mark.evidence
+@pytest.mark.conformance
+def test_the_model_derives_what_vllm_0_33_derives_and_its_dispatch_leaves_no_gap():
+    _conforms("0.33")
+
+
+def cli(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "contract.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=900)
+
+
+@pytest.mark.conformance
+def test_an_edited_0_34_tree_that_truncates_the_size_ladder_gives_a_new_p8_class(tmp_path):
+    """A hand edit of 0.34.0's size derivation (``tests/trees.py``, "sizes"), checked on a size witness
+    alone: a new P8 class with its witness file; the unedited tree on the same witness: nothing new."""
+    import trees
+
+    tree = trees.edited("0.34.0", "sizes", tmp_path / "tree")
+    witness = tmp_path / "witness.json"
+    gap = Gap("mixed", "PIECEWISE", "NONE", sizes.WEAKER)
+    witness.write_text(json.dumps(sizes.witness_json(SizeSetting(64), gap, [], "0.34.0")))
+    env = {"CUDAGRAPH_CONTRACT_CACHE": str(tmp_path / "cache")}
+    done = cli("conform", "--vllm-src", tree, "--base", "0.34.0", "--traces", witness, "--reports", tmp_path / "r",
+               env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "config/vllm.py: VllmConfig._set_cudagraph_sizes changed: replayed" in done.stdout, done.stdout
+    assert "capture sizes: 1 settings" in done.stdout and "1 new" in done.stdout, done.stdout
+    assert "new: [silent eager fallback] P8 mixed batches a PIECEWISE graph could serve run eagerly — witness" \
+        in done.stdout, done.stdout
+    assert "8 of 129 mixed batches (tokens 121, 122, 123, 124, 125, 126, ...)" in done.stdout, done.stdout
+    written = sorted(p.relative_to(tmp_path / "r") for p in (tmp_path / "r" / "sizes").rglob("*.json"))
+    assert len(written) == 1 and written[0].parts[:2] == ("sizes", "new")
+    again = json.loads((tmp_path / "r" / written[0]).read_text())
+    assert sizes.witness_setting(again, "again") == SizeSetting(64)
+    clean = cli("conform", "--vllm-src", trees.copy("0.34.0", tmp_path / "unedited"), "--base", "0.34.0",
+                "--traces", witness, "--reports", tmp_path / "r2", env=env)
+    assert clean.returncode == 0 and "0 new" in clean.stdout, clean.stdout + clean.stderr
