@@ -220,3 +220,17 @@ def test_an_edited_0_34_tree_that_truncates_the_size_ladder_gives_a_new_p8_class
     clean = cli("conform", "--vllm-src", trees.copy("0.34.0", tmp_path / "unedited"), "--base", "0.34.0",
                 "--traces", witness, "--reports", tmp_path / "r2", env=env)
     assert clean.returncode == 0 and "0 new" in clean.stdout, clean.stdout + clean.stderr
+
+
+@pytest.mark.conformance
+def test_a_broken_size_witness_is_one_line_and_exit_2(tmp_path):
+    from vllm_envs import installed
+
+    witness = tmp_path / "w.json"
+    data = sizes.witness_json(SizeSetting(8), Gap("mixed", "PIECEWISE", "NONE", sizes.WEAKER), [], "0.34.0")
+    witness.write_text(json.dumps({**data, "setting": {**data["setting"], "max_num_seqs": -1}}))
+    done = cli("conform", "--vllm-src", installed("0.34.0").parent, "--base", "0.34.0", "--traces", witness,
+               "--reports", tmp_path / "r")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: {witness} is not a size witness: its setting needs max_num_seqs"), done.stderr
+    assert not (tmp_path / "r").exists()
