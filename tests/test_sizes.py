@@ -69,7 +69,7 @@ def _gaps(release: str, mutate=lambda s, d: d, serve=_served_by_model) -> set[Ga
         if reference.rejected:
             continue
         best = mrv2_sizes.reference(s, reference, release)
-        found |= set(judge(serve(s, mutate(s, reference), release), best, list(reference.logged)).gaps)
+        found |= set(judge(serve(s, mutate(s, reference), release), best, list(reference.logged), s.mode).gaps)
     return found
 
 
@@ -100,7 +100,14 @@ def test_p8_holds_on_the_model_and_fails_on_each_mutant(release):
         return {b: Served(PIECEWISE.name, g.num_tokens, None) if b.kind == "decode" and g.mode == FULL.name else g
                 for b, g in served.items()}
 
+    def full_for_every_mode(s, derived, rel):  # a manager that captures FULL whatever the mode names
+        served = _served_by_model(s, derived, rel)
+        return {b: Served(FULL.name, g.num_tokens, g.num_reqs or b.num_reqs) if g.mode == PIECEWISE.name else g
+                for b, g in served.items()}
+
     assert {g.kind for g in _gaps(release, no_max_num_batched_tokens)} == {"mixed"}
+    assert {(g.what, g.wanted) for g in _gaps(release, serve=full_for_every_mode)} == {
+        (sizes.UNCONFIGURED, "PIECEWISE"), (sizes.UNCONFIGURED, "FULL_AND_PIECEWISE")}
     assert {(g.kind, g.wanted) for g in _gaps(release, no_decode_graphs)} >= {("decode", FULL.name)}
     assert {g.what for g in _gaps(release, serve=smaller_graph)} == {sizes.SMALLER}
     assert {(g.kind, g.served) for g in _gaps(release, serve=weaker_decode)} == {("decode", PIECEWISE.name)}
@@ -220,6 +227,24 @@ def test_an_edited_0_34_tree_that_truncates_the_size_ladder_gives_a_new_p8_class
     clean = cli("conform", "--vllm-src", trees.copy("0.34.0", tmp_path / "unedited"), "--base", "0.34.0",
                 "--traces", witness, "--reports", tmp_path / "r2", env=env)
     assert clean.returncode == 0 and "0 new" in clean.stdout, clean.stdout + clean.stderr
+
+
+@pytest.mark.conformance
+def test_an_edited_0_34_tree_that_captures_a_mode_not_configured_gives_a_monotonicity_class(tmp_path):
+    """A hand edit of 0.34.0's manager (``tests/trees.py``, "unconfigured"): under FULL_DECODE_ONLY mixed
+    batches take FULL graphs, which the configured mode does not name for them."""
+    import trees
+
+    tree = trees.edited("0.34.0", "unconfigured", tmp_path / "tree")
+    witness = tmp_path / "witness.json"
+    gap = Gap("mixed", "FULL_DECODE_ONLY", "FULL", sizes.UNCONFIGURED)
+    witness.write_text(json.dumps(sizes.witness_json(SizeSetting(8, cudagraph_mode="FULL_DECODE_ONLY"), gap, [],
+                                                     "0.34.0")))
+    done = cli("conform", "--vllm-src", tree, "--base", "0.34.0", "--traces", witness, "--reports", tmp_path / "r",
+               env={"CUDAGRAPH_CONTRACT_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("new: [graph of a mode not configured] P8 mixed batches take FULL graphs, a mode cudagraph_mode "
+            "FULL_DECODE_ONLY does not name — witness") in done.stdout, done.stdout
 
 
 @pytest.mark.conformance

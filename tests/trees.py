@@ -65,6 +65,12 @@ EDITS: dict[tuple[str, str], Edit] = {
         "                        range(8, min(max_cudagraph_capture_size, 256), 8)\n",
         "_set_cudagraph_sizes stops the 8-stride one short: a default ceiling on the stride (128 at "
         "--max-num-seqs 64) is no longer captured"),
+    ("0.34.0", "unconfigured"): Edit(
+        "v1/worker/gpu/cudagraph_utils.py",
+        "        mixed_mode = self.cudagraph_mode.mixed_mode()\n",
+        "        mixed_mode = self.cudagraph_mode.max_cudagraph_mode()\n",
+        "_init_candidates captures FULL token-keyed graphs under FULL_DECODE_ONLY, a mode the user did not "
+        "configure for mixed batches"),
     ("0.34.0", "spec_decode"): Edit(
         "v1/worker/gpu/spec_decode/autoregressive/speculator.py",
         "        if self.prefill_cudagraph_manager.use_breakable_cg:\n"

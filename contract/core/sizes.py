@@ -14,8 +14,10 @@ one past the ceiling is dispatched: each is a dictionary lookup.
 
 **P8** (graph coverage): each batch is served by a graph at least as strong (NONE < PIECEWISE <
 FULL) as the best one the release's documented sizes give for it (the model's derivation and the
-graphs its manager captures from them: ``best``), and never by a graph smaller than the batch. A
-weaker graph is a silent eager fallback: PIECEWISE runs attention eagerly, NONE everything. What vLLM
+graphs its manager captures from them: ``best``), never by a graph smaller than the batch, and never
+in a runtime mode the configured ``cudagraph_mode`` does not name for the batch's routine
+(monotonicity: FULL_DECODE_ONLY names FULL for uniform decode batches and nothing for mixed ones,
+FULL_AND_PIECEWISE FULL or PIECEWISE for uniform decode batches and PIECEWISE for mixed ones). A weaker graph is a silent eager fallback: PIECEWISE runs attention eagerly, NONE everything. What vLLM
 logs when it serves fewer batches than the settings ask for (``DOWNGRADES``) is part of the
 documented derivation, listed with the setting, never a violation.
 """
@@ -157,7 +159,7 @@ class Gap:
     kind: str
     wanted: str
     served: str
-    what: str  # "weaker graph" or "graph smaller than the batch"
+    what: str  # WEAKER, SMALLER or UNCONFIGURED
 
     @property
     def title(self) -> str:
@@ -165,6 +167,8 @@ class Gap:
             return f"P0 vLLM stops {PHASES[self.kind]}: {self.what}"
         if self.what == SMALLER:
             return f"P8 {self.kind} batches replay a {self.served} graph smaller than the batch"
+        if self.what == UNCONFIGURED:
+            return f"P8 {self.kind} batches take {self.served} graphs, a mode cudagraph_mode {self.wanted} does not name"
         if self.served == NONE.name:
             return f"P8 {self.kind} batches a {self.wanted} graph could serve run eagerly"
         return f"P8 {self.kind} batches a {self.wanted} graph could serve take {self.served} graphs"
@@ -173,6 +177,8 @@ class Gap:
     def severity(self) -> str:
         if self.kind in PHASES:
             return f"crash {PHASES[self.kind]}"
+        if self.what == UNCONFIGURED:  # the mode a user chose keeps graphs from what they know cannot take them
+            return "graph of a mode not configured"
         return "wrong result" if self.what == SMALLER else "silent eager fallback"
 
     @property
@@ -186,6 +192,7 @@ class Gap:
 
 WEAKER = "weaker graph"
 SMALLER = "graph smaller than the batch"
+UNCONFIGURED = "a mode the configuration does not name"
 PHASES = {"config": "at start-up", "dispatch": "when serving"}  # where vLLM's code raised
 
 
@@ -203,19 +210,28 @@ class Judged:
     documented: list[str] = field(default_factory=list)
 
 
-def judge(served: dict[Batch, Served], best: Callable[[Batch], CUDAGraphMode], logged: list[str]) -> Judged:
-    """P8 over what vLLM served each batch with, against ``best``: the strongest mode a graph the
-    release's documented sizes give could serve it with (``contract/runners/mrv2/model/sizes.py``)."""
+def judge(served: dict[Batch, Served], best: Callable[[Batch], CUDAGraphMode], logged: list[str],
+          configured: CUDAGraphMode) -> Judged:
+    """P8 over what vLLM served each batch with: never a runtime mode the ``configured``
+    ``cudagraph_mode`` does not name for the batch's routine (monotonicity: the mixed mode for any
+    batch, the decode mode for a uniform decode batch too), never a graph smaller than the batch, and at
+    least as strong as ``best``, the strongest mode a graph the release's documented sizes give could
+    serve it with (``contract/runners/mrv2/model/sizes.py``)."""
     out = Judged(documented=[f"{line} ({where})" for line in logged for p, where in DOWNGRADES.values()
                              if p.search(line)])
+    mixed = {NONE.name, configured.mixed_mode().name}
+    named = {"mixed": mixed, "decode": mixed | {configured.decode_mode().name}}
     for b, got in served.items():
         want = best(b)
-        if got.mode != NONE.name and (got.num_tokens < b.num_tokens or (got.num_reqs is not None
-                                                                       and got.num_reqs < b.num_reqs)):
+        if got.mode not in named[b.kind]:
+            out.gaps.setdefault(Gap(b.kind, configured.name, got.mode, UNCONFIGURED), []).append(b)
+        elif got.mode != NONE.name and (got.num_tokens < b.num_tokens or (got.num_reqs is not None
+                                                                         and got.num_reqs < b.num_reqs)):
             out.gaps.setdefault(Gap(b.kind, want.name, got.mode, SMALLER), []).append(b)
         elif _STRENGTH[got.mode] < _STRENGTH[want.name]:
             out.gaps.setdefault(Gap(b.kind, want.name, got.mode, WEAKER), []).append(b)
     return out
+
 
 class RunsError(ValueError):
     """The real side's runs do not cover the setting's batches exactly."""

@@ -45,7 +45,7 @@ def judged(best_graph: Callable, release: str, settings: list[SizeSetting], data
             raise SizesProblem(f"{what}: {exc}") from None
         side.derived[s] = {"cudagraph_mode": record.get("mode"), **record.get("derived", {})}
         best = best_graph(s, derive(s, release), release)
-        result = judge(served, best, [str(x) for x in record.get("logged", [])])
+        result = judge(served, best, [str(x) for x in record.get("logged", [])], s.mode)
         for gap, shown in result.gaps.items():
             side.found.setdefault(gap, {})[s] = shown
         if result.documented:
