@@ -217,6 +217,7 @@ def test_an_edited_0_34_tree_that_truncates_the_size_ladder_gives_a_new_p8_class
     assert done.returncode == 1, done.stdout + done.stderr
     assert "config/vllm.py: VllmConfig._set_cudagraph_sizes changed: replayed" in done.stdout, done.stdout
     assert "capture sizes: 1 settings" in done.stdout and "1 new" in done.stdout, done.stdout
+    assert "; 1 new capture-size class(es)" in done.stdout and "nothing new" not in done.stdout, done.stdout
     assert "new: [silent eager fallback] P8 mixed batches a PIECEWISE graph could serve run eagerly — witness" \
         in done.stdout, done.stdout
     assert "8 of 129 mixed batches (tokens 121, 122, 123, 124, 125, 126, ...)" in done.stdout, done.stdout

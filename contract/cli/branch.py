@@ -129,7 +129,10 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
         if not run.exercised:
             say.print(f"NOT EXERCISED: no replayed trace ran any of the tree's {len(run.changed)} change(s): "
                       + ", ".join(run.unexercised) + f" (exit {UNEXERCISED}; --allow-unexercised for 0)", markup=False)
-        say.print(f"{d.branch} against {d.base}: {d.summary()}" + ("" if d.new else " — nothing new")
+        sizes_new = len(run.sizes.new) if run.sizes else 0
+        say.print(f"{d.branch} against {d.base}: {d.summary()}"
+                  + (f"; {sizes_new} new capture-size class(es)" if sizes_new else "")
+                  + ("" if d.new or sizes_new else " — nothing new")
                   + (" — graphs lost" if d.lost else ""), markup=False)
         if run.exercised and run.unexercised:
             say.print(f"the replay ran {branch_report.exercise_line(run)}: " + ", ".join(run.unexercised),
