@@ -249,6 +249,25 @@ def test_an_edited_0_34_tree_that_captures_a_mode_not_configured_gives_a_monoton
             "FULL_DECODE_ONLY does not name — witness") in done.stdout, done.stdout
 
 
+@pytest.mark.evidence
+@pytest.mark.conformance
+def test_a_crash_in_the_edited_dispatch_is_a_p0_class_with_its_line(tmp_path):
+    """tests/trees.py's "dispatch" edit indexes past the largest decode graph: the grid's decode batch
+    past it raises in vLLM's dispatch, a new P0 class naming the line, and the lists it derived stand."""
+    import trees
+
+    tree = trees.edited("0.34.0", "dispatch", tmp_path / "tree")
+    witness = tmp_path / "witness.json"
+    witness.write_text(json.dumps(sizes.witness_json(SizeSetting(100, 6), Gap("decode", "FULL", "NONE", sizes.WEAKER),
+                                                     [], "0.34.0")))
+    done = cli("conform", "--vllm-src", tree, "--base", "0.34.0", "--traces", witness, "--reports", tmp_path / "r",
+               env={"CUDAGRAPH_CONTRACT_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("new: [crash when serving] P0 vLLM stops when serving: IndexError: list index out of range at "
+            "vllm/v1/worker/gpu/cudagraph_utils.py:") in done.stdout, done.stdout
+    assert "derives other capture sizes" not in done.stdout, done.stdout
+
+
 @pytest.mark.conformance
 def test_a_broken_size_witness_is_one_line_and_exit_2(tmp_path):
     from vllm_envs import installed

@@ -35,6 +35,8 @@ def judged(best_graph: Callable, release: str, settings: list[SizeSetting], data
         if "raised" in record:
             gap = crash(str(record.get("phase")), str(record["raised"]), record.get("at"))
             side.found.setdefault(gap, {})[s] = []
+            if "derived" in record:  # it raised dispatching: the lists it derived stand
+                side.derived[s] = {"cudagraph_mode": record.get("mode"), **record["derived"]}
             continue
         if "rejected" in record:
             side.derived[s] = str(record["rejected"])

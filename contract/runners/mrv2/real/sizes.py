@@ -156,8 +156,9 @@ def observe(session, settings: list[SizeSetting]) -> list[dict]:
                     runs[-1][2] = b.num_tokens
                 else:
                     runs.append([b.kind, b.num_tokens, b.num_tokens, *got])
-        except Exception as exc:  # noqa: BLE001 - as above
-            out.append({"setting": s.to_json(), "phase": "dispatch", "raised": first_line(exc), "at": raised_at(exc)})
+        except Exception as exc:  # noqa: BLE001 - as above; what it derived stands
+            del record["served"]
+            out.append({**record, "phase": "dispatch", "raised": first_line(exc), "at": raised_at(exc)})
             continue
         out.append(record)
     return out
