@@ -18,7 +18,7 @@ from contract.core.modes import NONE, CUDAGraphMode
 from contract.core.sizes import DEFAULT_MAX_GRAPH_SIZE, SizeSetting
 
 RELEASES = ("0.33", "0.34")
-TRUNCATING = "Truncating max_cudagraph_capture_size to {}"  # 33:…:2625-2629, 34:…:2524-2528
+TRUNCATING = "Truncating max_cudagraph_capture_size to {}"  # 33:…:2626-2629, 34:…:2525-2528
 # Speculators whose draft steps after the first run one-token decode graphs (34:config/vllm.py:711-730):
 # the replay's drafter is EAGLE.
 DRAFT_DECODE_MIN_TOKENS = 2
@@ -125,7 +125,7 @@ def _shared(s: SizeSetting) -> Derived:
 
 def _split(s: SizeSetting, shared: Derived) -> Derived:
     """``_split_cudagraph_capture_sizes`` without split settings and off Blackwell
-    (``34:config/vllm.py:2558-2735``): prefill tokens are the shared sizes, decode requests what
+    (``34:config/vllm.py:2558-2737``): prefill tokens are the shared sizes, decode requests what
     each shared size rounds up to within the shared maximum; the recorded sizes are every graph's
     token count (decode shapes, the drafter's one-token decode shapes, prefill sizes)."""
     q, mns, tokens = s.q, s.max_num_seqs, s.max_num_batched_tokens
@@ -139,8 +139,8 @@ def _split(s: SizeSetting, shared: Derived) -> Derived:
                                                                       {1: mns}, tokens)}
     token_sizes = decode_tokens | set(prefill)
     if not legacy and CUDAGraphMode[s.cudagraph_mode].mixed_mode() == NONE:
-        token_sizes = set(decode_tokens)  # 34:…:2711-2716
-    mode = s.cudagraph_mode if token_sizes else NONE.name  # 34:…:2735-2740
+        token_sizes = set(decode_tokens)  # 34:…:2713-2716
+    mode = s.cudagraph_mode if token_sizes else NONE.name  # 34:…:2733-2737
     return Derived(mode, tuple(sorted(token_sizes)), max(token_sizes, default=0), prefill, decode, shared.logged)
 
 

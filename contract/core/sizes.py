@@ -4,7 +4,7 @@ code serves each batch with.
 A ``SizeSetting`` is what a user passes (``--max-num-seqs``, ``--max-num-batched-tokens``, the
 speculative token count, ``cudagraph_mode`` and the capture sizes or their maximum); vLLM derives the
 capture size lists from it (``VllmConfig._set_cudagraph_sizes``, ``34:config/vllm.py:2322-2556``,
-``33:config/vllm.py:2398-2660``; modelled in ``contract/core/capture_sizes.py``) and the runner's
+``33:config/vllm.py:2398-2656``; modelled in ``contract/core/capture_sizes.py``) and the runner's
 manager picks a graph per batch (``CudaGraphManager.dispatch``,
 ``34:v1/worker/gpu/cudagraph_utils.py:558-602``). The grid holds the boundary values where that
 derivation has steps: one request, sizes of the 8-stride ladder and one past them, ``max_num_seqs``
@@ -31,13 +31,18 @@ from dataclasses import dataclass, field
 
 from contract.core.modes import FULL, FULL_AND_PIECEWISE, NONE, PIECEWISE, CUDAGraphMode
 
-DEFAULT_MAX_GRAPH_SIZE = 512  # 34:config/vllm.py:2385-2387 (1024 on Blackwell, which the replay is not)
+DEFAULT_MAX_GRAPH_SIZE = 512  # 34:config/vllm.py:2401-2403 (1024 on Blackwell, which the replay is not)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # where the grid leaves it: above every ceiling
 
-# What vLLM logs when it serves fewer batches with graphs than the settings ask for, with where.
+# What vLLM logs when it serves fewer batches with graphs than the settings ask for, with where. P8
+# excuses nothing by them: the model derives the same lists, so they are listed with their setting.
 DOWNGRADES = {
     "truncated": (re.compile(r"Truncating max_cudagraph_capture_size to (\d+)"),
-                  "34:config/vllm.py:2524-2528, 33:config/vllm.py:2625-2629"),
+                  "34:config/vllm.py:2525-2528, 33:config/vllm.py:2626-2629; vLLM #54933"),
+    "overridden": (re.compile(r"cudagraph_capture_sizes specified in compilation_config .* is overridden by config"),
+                   "34:config/vllm.py:2538-2545, 33:config/vllm.py:2639-2646"),
+    "none left": (re.compile(r"No CUDA graph capture sizes are left; setting cudagraph_mode to NONE"),
+                  "34:config/vllm.py:2733-2737"),
 }
 
 
@@ -64,7 +69,7 @@ class SizeSetting:
     def ceiling(self) -> int:
         """The largest batch, in tokens, the settings ask graphs for: the explicit maximum, else the
         largest explicit size, else vLLM's default ``min(max_num_seqs * q * 2, 512)``
-        (``34:config/vllm.py:2384-2390``), within ``max_num_batched_tokens``."""
+        (``34:config/vllm.py:2401-2408``), within ``max_num_batched_tokens``."""
         if self.max_cudagraph_capture_size is not None:
             asked = self.max_cudagraph_capture_size
         elif self.cudagraph_capture_sizes:

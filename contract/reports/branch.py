@@ -49,8 +49,9 @@ def markdown(run, folder: Path) -> str:
     if run.sizes is not None:
         lines += ["", "## Capture sizes", "",
                   "Every setting of the boundary grid (`contract/core/sizes.py`) through vLLM's own size derivation "
-                  "and `CudaGraphManager.dispatch`, on the release and on the tree, each batch up to the capture "
-                  "ceiling judged by P8 (graph coverage) against the graphs the release's documented sizes give. A "
+                  "and `CudaGraphManager.dispatch`, on the release and on the tree, each batch up to one past the "
+                  "requested capture ceiling judged by P8 (graph coverage) against the graphs the release's "
+                  "derivation gives (the tree's own lists are compared, not judged). A "
                   "witness file is a setting: `conform --vllm-src TREE --base RELEASE --traces WITNESS` checks it "
                   "alone.", ""]
         lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}"

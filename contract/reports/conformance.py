@@ -112,8 +112,9 @@ def _sizes_markdown(sizes: dict) -> list[str]:
     lines = ["## Capture sizes", "",
              f"Every setting of the boundary grid (`contract/core/sizes.py`: `max_num_seqs`, `max_num_batched_tokens`, "
              f"the speculative token count, `cudagraph_mode`, explicit sizes and maximum) through vLLM's own size "
-             f"derivation and `CudaGraphManager.dispatch`, each batch up to the capture ceiling judged by P8 (graph "
-             f"coverage) against the graphs the model's derivation gives.", "",
+             f"derivation and `CudaGraphManager.dispatch`, each batch up to one past the requested capture ceiling "
+             f"judged by P8 (graph coverage) against the graphs the model's derivation gives; a downgrade vLLM "
+             f"logs is derived alike, so it is listed, not flagged.", "",
              f"- derived lists: **{agree} of {sizes['derived']}** settings vLLM accepts equal the model's "
              f"({sizes['settings'] - sizes['derived']} of {sizes['settings']} rejected by vLLM's validation)",
              f"- batches dispatched: {sizes['batches']:,}; P8 classes: {len(sizes['classes'])}"]
