@@ -73,7 +73,8 @@ out = {}
 for path in sorted(Path(sys.argv[1]).glob("*.json")):
     trace = load(path)
     result = compare(session, trace, policy, str(path), Runner.MRV2)
-    records, found = violations(result.real_steps, trace.events, trace.scenario, family.descriptor_from_json)
+    records, found = violations(result.real_steps, trace.events, trace.scenario, family.descriptor_from_json,
+                                profiling_skipped=family.profiling_skipped(trace.scenario, vllm.__version__))
     stop = next(((trace.events[i].kind, s["halted"]) for i, s in enumerate(result.real_steps) if s.get("halted")), None)
     out[trace.name] = {"steps": result.steps, "agreeing": result.agreeing, "stop": stop,
                        "violations": sorted({v.property for v in found})}

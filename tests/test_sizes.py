@@ -22,6 +22,7 @@ from contract.core.modes import FULL, NONE, PIECEWISE
 from contract.core.sizes import Batch, Gap, Served, SizeSetting, judge, served_from
 from contract.families import by_name
 from contract.real import sizes as real_sizes
+from contract.runners.mrv1.model import sizes as mrv1_sizes
 from contract.runners.mrv2.model import sizes as mrv2_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,7 @@ def _gaps(release: str, mutate=lambda s, d: d, serve=_served_by_model) -> set[Ga
         if reference.rejected:
             continue
         best = mrv2_sizes.reference(s, reference, release)
-        found |= set(judge(serve(s, mutate(s, reference), release), best, list(reference.logged), s.mode).gaps)
+        found |= set(judge(serve(s, mutate(s, reference), release), best, list(reference.logged), s).gaps)
     return found
 
 
@@ -105,12 +106,58 @@ def test_p8_holds_on_the_model_and_fails_on_each_mutant(release):
         return {b: Served(FULL.name, g.num_tokens, g.num_reqs or b.num_reqs) if g.mode == PIECEWISE.name else g
                 for b, g in served.items()}
 
+    def ignores_enforce_eager(s, d):  # graphs derived as if --enforce-eager were not given
+        return derive(dataclasses.replace(s, enforce_eager=False), release) if s.enforce_eager else d
+
     assert {g.kind for g in _gaps(release, no_max_num_batched_tokens)} == {"mixed"}
+    assert {(g.what, g.wanted) for g in _gaps(release, ignores_enforce_eager)} == {(sizes.UNWANTED, NONE.name)}
     assert {(g.what, g.wanted) for g in _gaps(release, serve=full_for_every_mode)} == {
         (sizes.UNCONFIGURED, "PIECEWISE"), (sizes.UNCONFIGURED, "FULL_AND_PIECEWISE")}
     assert {(g.kind, g.wanted) for g in _gaps(release, no_decode_graphs)} >= {("decode", FULL.name)}
     assert {g.what for g in _gaps(release, serve=smaller_graph)} == {sizes.SMALLER}
     assert {(g.kind, g.served) for g in _gaps(release, serve=weaker_decode)} == {("decode", PIECEWISE.name)}
+
+
+def _served_by_mrv1(s: SizeSetting, derived) -> dict[Batch, Served]:
+    """``CudagraphDispatcher.dispatch`` (``33:v1/cudagraph_dispatcher.py:233-322``) over the keys of
+    ``derived``: pad to the next capture size, FULL where a decode or mixed FULL key has it, else
+    PIECEWISE where the mixed mode is, else NONE."""
+    g, out = mrv1_sizes.graphs(s, derived), {}
+    for b in sizes.batches(s):
+        padded = min((t for t in derived.cudagraph_capture_sizes if t >= b.num_tokens), default=None)
+        if padded is None or g.mixed_mode == NONE and not g.decode:
+            out[b] = Served(NONE.name, b.num_tokens, b.num_reqs)
+        elif b.kind == "decode" and padded in g.decode:
+            out[b] = Served(FULL.name, padded, min(padded // s.q, s.max_num_seqs))
+        elif g.mixed_mode != NONE:
+            out[b] = Served(g.mixed_mode.name, padded, min(padded, s.max_num_seqs) if g.mixed_mode == FULL else None)
+        else:
+            out[b] = Served(NONE.name, b.num_tokens, b.num_reqs)
+    return out
+
+
+def test_p8_holds_on_model_runner_v1s_keys_and_fails_where_max_num_seqs_is_not_a_decode_size():
+    """MRV1's dispatcher served from the model's keys shows no gap; without ``max_num_seqs`` among
+    the decode sizes (bugs/max-num-seqs-off-stride-piecewise-cliff, #57355) the largest decode
+    batches fall to PIECEWISE, or run eagerly under FULL_DECODE_ONLY."""
+    def gaps(mutate=lambda s, d: d) -> set[Gap]:
+        found: set[Gap] = set()
+        for s in sizes.grid():
+            reference = mrv1_sizes.sizes(s, "0.33")
+            if reference.rejected is None:
+                best = mrv1_sizes.reference(s, reference, "0.33")
+                found |= set(judge(_served_by_mrv1(s, mutate(s, reference)), best, [], s).gaps)
+        return found
+
+    def no_max_num_seqs(s, d):
+        off_stride = s.q == 1 and s.max_num_seqs % 8 and s.max_num_seqs > 4 and s.max_num_seqs != s.ceiling()
+        kept = tuple(x for x in d.cudagraph_capture_sizes if not (off_stride and x == s.max_num_seqs))
+        return dataclasses.replace(d, cudagraph_capture_sizes=kept)
+
+    assert gaps() == set()
+    assert {(g.kind, g.served) for g in gaps(no_max_num_seqs)} == {("decode", PIECEWISE.name), ("decode", NONE.name)}
+    # the spec-decode rounding (33:config/compilation.py:1537-1565) of (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 48)
+    assert mrv1_sizes.sizes(SizeSetting(8, 2), "0.33").cudagraph_capture_sizes == (3, 6, 9, 12, 18, 24, 33, 42, 48)
 
 
 def test_the_real_sides_runs_must_cover_the_settings_batches_exactly():
@@ -134,7 +181,7 @@ def test_a_size_witness_is_read_field_by_field(tmp_path):
             sizes.witness_setting({**data, "setting": setting}, "w.json")
 
 
-def _release_side(release: str):
+def _release_side(release: str, family=MRV2):
     from vllm_envs import installed
 
     from contract.real.installed import environment
@@ -142,7 +189,8 @@ def _release_side(release: str):
     version = f"{release}.0"
     pkg = installed(version)
     settings = sizes.grid()
-    data = branch_sizes._observe(environment(version), MRV2, settings, None, 600, f"vLLM {version}", version, pkg, None)
+    data = branch_sizes._observe(environment(version), family, settings, None, 600, f"vLLM {version}", version, pkg,
+                                 None)
     return settings, data
 
 
@@ -172,15 +220,15 @@ def test_the_model_derives_what_vllm_0_34_derives_for_drawn_settings(drawn):
 
     pkg = installed("0.34.0")
     data = branch_sizes._observe(environment("0.34.0"), MRV2, drawn, None, 600, "vLLM 0.34.0", "0.34.0", pkg, None)
-    side = real_sizes.judged(MRV2.best_graph, "0.34", drawn, data, "0.34")
-    assert real_sizes.disagreements(side, drawn, "0.34") == []
+    side = real_sizes.judged(MRV2.sizes, "0.34", drawn, data, "0.34")
+    assert real_sizes.disagreements(MRV2.sizes, side, drawn, "0.34") == []
     assert side.found == {}, [g.title for g in side.found]
 
 
-def _conforms(release: str):
-    settings, data = _release_side(release)
-    side = real_sizes.judged(MRV2.best_graph, release, settings, data, release)
-    disagree = real_sizes.disagreements(side, settings, release)
+def _conforms(release: str, family=MRV2):
+    settings, data = _release_side(release, family)
+    side = real_sizes.judged(family.sizes, release, settings, data, release)
+    disagree = real_sizes.disagreements(family.sizes, side, settings, release)
     assert disagree == [] and side.found == {}, (disagree[:3], list(side.found)[:3])
     assert len(side.derived) == len(settings)
 
@@ -194,6 +242,14 @@ def test_the_model_derives_what_vllm_0_34_derives_and_its_dispatch_leaves_no_gap
 @pytest.mark.conformance
 def test_the_model_derives_what_vllm_0_33_derives_and_its_dispatch_leaves_no_gap():
     _conforms("0.33")
+
+
+@pytest.mark.evidence
+@pytest.mark.conformance
+def test_model_runner_v1_keys_what_vllm_0_33_keys_and_its_dispatch_leaves_no_gap():
+    """Model Runner V1's resolution rounds the sizes for speculative decoding and its dispatcher keys
+    them: the model's lists are vLLM's on every setting, and no batch falls below its best graph."""
+    _conforms("0.33", by_name("mrv1"))
 
 
 def cli(*args, env=None) -> subprocess.CompletedProcess:

@@ -68,6 +68,9 @@ class Bug:
     faithful: str  # why it puts the bug's mechanism back, or why it cannot
     missing: str  # for a bug the tool misses: what it would need (a setting, a property, a component)
     match: str  # for a found bug: the class a person judged to be the bug's mechanism, and why
+    # for a bug in the release as shipped: the prefix of the class ids (reports/<policy>/classes/) a
+    # person judged to be its mechanism; the release's confirmed findings are searched for them
+    shown_by: str
 
     @classmethod
     def read(cls, folder: Path) -> Bug:
@@ -89,7 +92,8 @@ class Bug:
                 mechanism=data["mechanism"], category=data["category"], fix=dict(data["fix"]),
                 evidence=tuple(data["evidence"]), release=r.get("release"), runner=r.get("runner"),
                 patch=folder / r["patch"] if r.get("patch") else None, edit=data.get("edit", ""),
-                faithful=data["faithful"], missing=data.get("missing", ""), match=data.get("match", ""))
+                faithful=data["faithful"], missing=data.get("missing", ""), match=data.get("match", ""),
+                shown_by=data.get("shown_by", ""))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BugError(f"{where}: {type(exc).__name__}: {exc}") from None
         problem = bug._problem()
@@ -151,10 +155,34 @@ class Outcome:
                    detail=str(data["detail"]), differing_settings=int(data.get("differing_settings", 0)))
 
 
-def check(bug: Bug, work: Path, timeout: float | None, kind: str = "covering") -> Outcome:
-    """The bug re-injected into a copy of its release under ``work``, replayed as a branch."""
+def shown_in_release(bug: Bug, conformance: Path) -> list[str]:
+    """The classes (their witness files) the release's committed conformance report confirms on
+    vLLM's own code whose ids start with the bug's ``shown_by``."""
+    if not (bug.shown_by and bug.release):
+        return []
+    name = f"vllm-{bug.release}" + ("-mrv2" if bug.runner == "mrv2" else "") + ".json"
+    try:
+        data = json.loads((conformance / name).read_text(encoding="utf-8"))
+        findings = [(str(f["source"]), str(f["outcome"])) for f in data["findings"]]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BugError(f"{conformance / name} cannot be read as a conformance report ({type(exc).__name__}: {exc}); "
+                       f"regenerate it with cudagraph-contract conform --vllm {bug.release}") from None
+    return sorted(source for source, outcome in findings
+                  if outcome == "confirmed" and Path(source).parent.name == "classes"
+                  and Path(source).stem.startswith(bug.shown_by))
+
+
+def check(bug: Bug, work: Path, timeout: float | None, conformance: Path, kind: str = "covering") -> Outcome:
+    """The bug re-injected into a copy of its release under ``work``, replayed as a branch; a bug in
+    the release as shipped is looked up in the release's conformance report under ``conformance``."""
     if bug.patch is None:
-        return Outcome(bug.id, IN_RELEASE if bug.release else NOT_REINJECTABLE, detail=bug.faithful)
+        if not bug.release:
+            return Outcome(bug.id, NOT_REINJECTABLE, detail=bug.faithful)
+        shown = shown_in_release(bug, conformance)
+        return Outcome(bug.id, IN_RELEASE, [f"confirmed on {bug.release}: {Path(s).stem}" for s in shown],
+                       detail=bug.faithful)
     pkg, python = package_of(bug.release), environment(bug.release)
     if pkg is None or not python.exists():
         return Outcome(bug.id, NO_ENVIRONMENT, detail=missing(bug.release))

@@ -192,7 +192,8 @@ def occurrences(traces: list[Trace], observed: dict, label: str, family: Family,
         if not steps:
             continue
         events = trace.events[: len(steps)]
-        records = judge.records(steps, events, family.descriptor_from_json)
+        records = judge.records(steps, events, family.descriptor_from_json,
+                                profiling_skipped=family.profiling_skipped(trace.scenario, vllm))
         seen: set[Signature] = set()
         for r in records:
             for sig, v in signatures(r, check(r, trace.scenario, family.runner)):
@@ -221,9 +222,10 @@ def _subset(occs: dict, other: dict, keep_shared: bool) -> dict:
     return out
 
 
-def _records(trace: Trace, observed: dict, family: Family) -> list:
+def _records(trace: Trace, observed: dict, family: Family, vllm: str) -> list:
     steps = observed.get(trace.name, {}).get("steps") or []
-    return judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json)
+    return judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json,
+                         profiling_skipped=family.profiling_skipped(trace.scenario, vllm))
 
 
 def lost(traces: list[Trace], base_obs: dict, branch_obs: dict, label: str, family: Family,
@@ -236,8 +238,8 @@ def lost(traces: list[Trace], base_obs: dict, branch_obs: dict, label: str, fami
     for index, trace in enumerate(traces):
         if not base_obs.get(trace.name, {}).get("steps"):
             continue
-        mine = _records(trace, branch_obs, family)
-        for sig, o in lost_occurrence(index, trace.scenario, _records(trace, base_obs, family), mine).items():
+        mine = _records(trace, branch_obs, family, vllm)
+        for sig, o in lost_occurrence(index, trace.scenario, _records(trace, base_obs, family, vllm), mine).items():
             found.setdefault(sig, []).append(o)
             steps = branch_obs.get(trace.name, {}).get("steps") or []
             witnesses[(sig, index)] = Trace(
@@ -261,7 +263,7 @@ def compare(traces: list[Trace], base_obs: dict, branch_obs: dict, branch_label:
 
     def _affected(trace, witnesses, sig, o):
         observed = branch_obs if witnesses is my_witnesses else base_obs
-        return affected_share(_records(trace, observed, family), trace.scenario, family.runner, sig)
+        return affected_share(_records(trace, observed, family, vllm), trace.scenario, family.runner, sig)
 
     lost_indices = {o.scenario_index for occs in lost_occs.values() for o in occs}
     fixed = _subset(theirs, mine, False)
@@ -363,7 +365,7 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
                        "the traces given" if given is not None else "--corpus full" if kind == "full" else None)
     kept = selection.names | {t.name for t in always}
     chosen = [t for t in traces if t.name in kept]
-    sized = family.observe_sizes is not None and (given is None or bool(size_settings))
+    sized = family.sizes is not None and family.sizes.models(version) and (given is None or bool(size_settings))
     try:
         if sized:
             progress.stage("", None, f"capture sizes of vLLM {version}")

@@ -41,7 +41,7 @@ def sizes(payload: dict) -> dict:
 
     family = by_name(payload["runner"])
     session = family.session()
-    records = family.observe_sizes(session, [SizeSetting.from_json(x) for x in payload["settings"]])
+    records = family.sizes.observe(session, [SizeSetting.from_json(x) for x in payload["settings"]])
     return {"vllm": session.version, **_where_from(finder), "records": records, "modules": loaded()}
 
 

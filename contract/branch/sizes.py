@@ -147,15 +147,15 @@ def run(python: Path, family: Family, version: str, release_pkg: Path, tree: Pat
     release = ".".join(version.split(".")[:2])
     branch_data = _observe(python, family, settings, tree, timeout, f"the size check of {tree}", version,
                            release_pkg, watch)
-    base = judged(family.best_graph, release, settings, {"records": base_records, "reached": [], "tree_modules": []},
+    base = judged(family.sizes, release, settings, {"records": base_records, "reached": [], "tree_modules": []},
                   f"the size check of vLLM {version}")
-    branch = judged(family.best_graph, release, settings, branch_data, f"the size check of {tree}")
+    branch = judged(family.sizes, release, settings, branch_data, f"the size check of {tree}")
     changed = [s.flags() for s in settings if base.derived.get(s) != branch.derived.get(s)]
     documented = [f"{s.flags()}: {line}" for s, lines in branch.documented.items() for line in lines]
     result = SizesRun(len(settings), sum(1 for s in settings for _ in batches(s)),
                       new=_classes(_split(branch, base, False), settings),
                       fixed=_classes(_split(base, branch, False), settings),
                       inherited=_classes(_split(branch, base, True), settings),
-                      disagreements=disagreements(base, settings, release), changed=changed,
+                      disagreements=disagreements(family.sizes, base, settings, release), changed=changed,
                       documented=documented)
     return result, branch

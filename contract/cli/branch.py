@@ -90,9 +90,9 @@ def branch_conform_command(vllm_src: Path, base: str | None, runner: str, corpus
             given, size_settings = _given([p for t in traces for p in (sorted(t.rglob("*.json")) if t.is_dir() else [t])])
         except (TraceError, WitnessError) as exc:
             fail(str(exc))
-        if size_settings and family.observe_sizes is None:
+        if size_settings and not (family.sizes and family.sizes.models(chosen.release)):
             fail(f"--traces: a size witness checks a tree's capture sizes, which the {family.title} replay does not "
-                 f"model; {vllm_src} is a {family.title} tree (give it traces)")
+                 f"model on vLLM {chosen.release}; {vllm_src} is a {family.title} tree (give it traces)")
     try:
         r = review(tree, chosen, family)
     except PolicyError as exc:

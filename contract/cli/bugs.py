@@ -70,7 +70,7 @@ def bugs(
     with child.call_folder("cudagraph-contract-bugs-") as work, progress(len(chosen), "bugs", as_json, "bugs") as advance:
         for bug in chosen:
             try:
-                outcomes[bug.id] = bugs_mod.check(bug, Path(work), timeout)
+                outcomes[bug.id] = bugs_mod.check(bug, Path(work), timeout, corpus.resolve().parent / "reports" / "conformance")
             except bugs_mod.BugError as exc:
                 fail(str(exc))
             if not as_json:

@@ -58,9 +58,10 @@ from contract.reports import branch as branch_report
 CORPORA = ("witnesses", "covering", "full")
 
 
-def _records(trace, observation: dict, family) -> list:
+def _records(trace, observation: dict, family, version: str) -> list:
     steps = observation.get("steps") or []
-    return judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json)
+    return judge.records(steps, trace.events[: len(steps)], family.descriptor_from_json,
+                         profiling_skipped=family.profiling_skipped(trace.scenario, version))
 
 
 def _violations(trace, records, family, kind: dict) -> list:
@@ -147,7 +148,8 @@ def fix_check(
             verdict.said.append("no witness of this runner to check the fix against (fix.json names none)")
         stopped = []  # witnesses whose root-cause violation is vLLM stopping (P0), not a dispatch
         for w in mine:
-            base_records, branch_records = _records(w, base_obs[w.name], family), _records(w, branch_obs[w.name], family)
+            base_records, branch_records = (_records(w, base_obs[w.name], family, version),
+                                              _records(w, branch_obs[w.name], family, version))
             # the root cause's own classes: a witness may show another root cause's too (0.29.0's P3)
             shown = _violations(w, base_records, family, cause.kind)
             before = {sig for sig, _, _ in shown}
@@ -180,7 +182,7 @@ def fix_check(
                 fail(str(exc))
             by_name = {o["name"]: o for o in served["observations"]}
             for w, s in zip(stopped, serving):
-                records = _records(s, by_name.get(s.name, {}), family)
+                records = _records(s, by_name.get(s.name, {}), family, version)
                 count = graphs_served(records)
                 halt = next((r for r in records if r.halted), None)
                 if halt is not None:

@@ -146,7 +146,7 @@ def _split(s: SizeSetting, shared: Derived) -> Derived:
 
 def derive(s: SizeSetting, release: str) -> Derived:
     """The lists ``release`` ("0.33", "0.34") derives from ``s``."""
-    if CUDAGraphMode[s.cudagraph_mode] == NONE:
+    if CUDAGraphMode[s.cudagraph_mode] == NONE or s.enforce_eager:  # 34:config/vllm.py:1915-1919, :2371-2375
         return Derived()
     shared = _shared(s)
     if shared.rejected is not None or release == "0.33":

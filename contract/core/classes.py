@@ -13,9 +13,9 @@ accepted rejection: the latter is no class, and is enumerated apart (``rejection
 can list what vLLM refuses and why.
 
 Every class has a **severity** (``Severity``), from what a user of vLLM would see, worst first:
-a crash at start-up, a crash when serving, a wrong result, a graph captured at serving time, a
-silent eager fallback (with the share of the scenario's serving dispatches it affects), a log
-line only. Classes are sorted by it everywhere they are listed.
+a crash at start-up, a crash when serving, a wrong result, graph memory the KV cache sizing left
+out, a graph the configuration rules out, a graph captured at serving time, a silent eager fallback
+(with the share of the scenario's serving dispatches it affects), a log line only. Classes are sorted by it everywhere they are listed.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ MAX_ID = 180  # characters of a class id, a file name
 STOPS_AT_START_UP = "vLLM stops at start-up"
 STOPS_WHEN_SERVING = "vLLM stops when serving"
 ILLEGAL_SHAPE = "FULL graph of a shape the attention backend cannot replay"
+UNWANTED_GRAPH = "graph under speculative_config.enforce_eager"
+UNACCOUNTED = "graphs memory profiling did not estimate"
+OVER_ACCOUNTED = "graphs memory profiling estimated that capture_model does not capture"
 HALT = "halt"
 REJECTED = "rejected"  # an accepted rejection: not a class, listed apart
 ACCEPTED = "accepted rejection"
@@ -61,9 +64,15 @@ class Severity(enum.Enum):
     CRASH_START_UP = (0, "crash at start-up")
     CRASH_SERVING = (1, "crash when serving")
     WRONG_RESULT = (2, "wrong result")
-    RUNTIME_CAPTURE = (3, "graph captured at serving time")
-    EAGER_FALLBACK = (4, "silent eager fallback")
-    LOG_ONLY = (5, "log only")
+    # The KV cache is sized from an estimate that misses graphs capture_model then allocates: out of
+    # memory at capture where the budget is tight (vLLM #49224), or memory reserved for nothing.
+    MEMORY = (3, "memory")
+    # A graph the user's configuration rules out: it serves unless it cannot be captured at all,
+    # the reason such a setting exists (a drafter that must run eagerly), then vLLM stops.
+    UNWANTED_GRAPH = (4, "graph the configuration rules out")
+    RUNTIME_CAPTURE = (5, "graph captured at serving time")
+    EAGER_FALLBACK = (6, "silent eager fallback")
+    LOG_ONLY = (7, "log only")
 
     @property
     def rank(self) -> int:
@@ -92,6 +101,10 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
         return Severity.WRONG_RESULT
     if p in ("P4", "P5"):
         return Severity.RUNTIME_CAPTURE
+    if p == "P8":
+        return Severity.UNWANTED_GRAPH
+    if p == "P10":
+        return Severity.MEMORY
     if p == "P1":
         return Severity.EAGER_FALLBACK
     return Severity.LOG_ONLY
@@ -99,7 +112,7 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
 
 @dataclass(frozen=True, order=True)
 class Signature:
-    property: str  # P0..P7, "lost graphs" (a differential), or "rejected" (an accepted rejection)
+    property: str  # P0..P8, P10, "lost graphs" (a differential), or "rejected" (an accepted rejection)
     role: str  # "target", "drafter" or "-"
     runtime_mode: str  # the dispatch's runtime_mode name, or "-"
     what: str  # one of the constants above
@@ -123,6 +136,8 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
     if v.property == "P6":
         role = "drafter" if "of the drafter" in v.message else "target"
         return role, "-", UNWRAP_STOPS
+    if v.property == "P10":
+        return (d.role, d.runtime_mode.name, UNACCOUNTED) if d is not None else ("-", "-", OVER_ACCOUNTED)
     if d is None:
         return "-", "-", v.property
     if v.property == "P1":
@@ -139,6 +154,8 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         return d.role, d.runtime_mode.name, CROSS_MODE_REPLAY if replayed_elsewhere else RECAPTURE
     if v.property == "P7":
         return d.role, d.runtime_mode.name, ILLEGAL_SHAPE
+    if v.property == "P8":
+        return d.role, d.runtime_mode.name, UNWANTED_GRAPH
     return d.role, d.runtime_mode.name, v.property
 
 

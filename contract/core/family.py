@@ -19,6 +19,21 @@ from contract.core.scenario import Runner
 
 
 @dataclass(frozen=True)
+class SizeModel:
+    """A runner's capture sizes: the lists it serves from, the best graph they give each batch, and
+    its real side (``contract/runners/<runner>/{model,real}/sizes.py``)."""
+
+    releases: tuple[str, ...]  # "major.minor" of the releases whose derivation the model has
+    lists: Callable  # (setting, release) -> Derived: the lists the runner's dispatch keys from
+    best_graph: Callable  # (setting, Derived, release) -> (Batch -> the best mode a graph gives)
+    observe: Callable  # (session, [SizeSetting]) -> one record per setting, vLLM's code
+    dispatch: str  # what picks each batch's graph in vLLM: "CudaGraphManager.dispatch"
+
+    def models(self, version: str) -> bool:
+        return ".".join(version.split(".")[:2]) in self.releases
+
+
+@dataclass(frozen=True)
 class Family:
     name: str  # the --runner value: "mrv1", "mrv2"
     runner: Runner
@@ -35,14 +50,16 @@ class Family:
     conform: Callable  # (version, policy, [(trace, source)], corpus) -> ConformanceRun
     session: Callable  # () -> a replay session: .replay(scenario, events) -> observed steps
     descriptor_from_json: Callable  # (observed batch descriptor, runtime mode) -> the runner's descriptor
+    # (scenario, version) -> whether the release's profile_cudagraph_memory returns 0 by design there,
+    # so that capture_model's graphs are accounted elsewhere (P10 does not judge them)
+    profiling_skipped: Callable
     replays: tuple[str, ...]  # the vLLM modules whose code the replay runs, as dotted names
     # -- tree side: a vLLM source tree (--vllm-src) ------------------------------------------------
     markers: tuple[str, ...]  # files under vllm/ whose presence means a tree has this runner
     read_tree: Callable  # (package dir, given path, as_policy) -> Branch
     reads: tuple[tuple[str, str], ...]  # (file under vllm/, function) whose statements read_tree reads
-    # -- capture sizes (contract/core/sizes.py); None where the family does not model them yet ------
-    observe_sizes: Callable | None = None  # (session, [SizeSetting]) -> one record per setting
-    best_graph: Callable | None = None  # (setting, Derived, release) -> (Batch -> the best mode a graph gives)
+    # -- capture sizes (contract/core/sizes.py); None where the family does not model them --------
+    sizes: SizeModel | None = None
 
     def ships(self, release: tuple[int, int]) -> bool:
         return release >= self.first_release and (self.last_release is None or release <= self.last_release)

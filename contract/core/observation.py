@@ -106,6 +106,11 @@ class StepRecord:
     drafter_cudagraph_mode: CUDAGraphMode | None = None
     halted: str | None = None
     changes: tuple[str, ...] = ()  # model-state changes, for reports
+    # At capture_model: the (role, runtime mode name) pairs memory profiling captured graphs of, so
+    # that its estimate covers them; None where nothing was profiled to estimate graphs (the trace
+    # has no profile_cudagraph_memory, or the release returns 0 by design). Rebuilt from the
+    # sequence on the real side (``contract/real/judge.py``), never written.
+    profiled: frozenset[tuple[str, str]] | None = None
 
     def to_json(self) -> dict:
         from contract.core.events import event_to_json

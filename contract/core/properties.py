@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.core import halts
-from contract.core.events import LoadModel
+from contract.core.events import CaptureModel, LoadModel
 from contract.core.modes import FULL, NONE, PIECEWISE, AttentionCGSupport
 from contract.core.observation import Action, Dispatch, LayerKind, StepRecord
 from contract.core.scenario import Runner, Scenario
@@ -205,6 +205,46 @@ def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -
     return out
 
 
+def intent(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    """P8's intent over traces: no drafter graph under ``speculative_config.enforce_eager``
+    ("Override the default enforce_eager from model_config", ``34:config/speculative.py:452-453``),
+    whatever the target runs. MRV1 honours it (``33:v1/spec_decode/llm_base_proposer.py:427``,
+    ``33:v1/worker/gpu_model_runner.py:5821``)."""
+    if scenario.spec_enforce_eager and d.role == "drafter" and (d.runtime_mode != NONE or d.acting):
+        how = f"{d.acting[0].layer} {d.acting[0].action.value} it" if d.acting else "a graph mode"
+        return f"{_where(d)}: {how} under speculative_config.enforce_eager, which asks for an eager drafter"
+    return None
+
+
+def profiled_pairs(record: StepRecord) -> frozenset[tuple[str, str]]:
+    """The (role, runtime mode) pairs a step captured graphs of."""
+    return frozenset((d.role, d.runtime_mode.name) for d in record.dispatches
+                     if d.runtime_mode != NONE and any(a.action is Action.CAPTURED for a in d.acting))
+
+
+def accounting(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    """P10: every graph ``capture_model`` captures was estimated by memory profiling, which captures
+    each kind into a throwaway pool before the KV cache is sized (MRV1 the two widest descriptors
+    per mode, ``33:v1/worker/gpu_model_runner.py:6329-6357``; MRV2 every PIECEWISE and speculator
+    graph and the two widest FULL, ``34:v1/worker/gpu/cudagraph_utils.py:988-1080``), and profiling
+    estimated no kind ``capture_model`` does not capture."""
+    if record.profiled is None or not isinstance(record.event, CaptureModel):
+        return []
+    out, seen = [], set()
+    for i, d in enumerate(record.dispatches):
+        pair = (d.role, d.runtime_mode.name)
+        if (d.runtime_mode != NONE and any(a.action is Action.CAPTURED for a in d.acting)
+                and pair not in record.profiled and pair not in seen):
+            seen.add(pair)
+            out.append(Violation("P10", record.index, f"{_where(d)}: capture_model captures {d.role} "
+                                 f"{d.runtime_mode.name} graphs memory profiling never captured: the KV cache was "
+                                 "sized without their memory", i))
+    for role, mode in sorted(record.profiled - profiled_pairs(record)):
+        out.append(Violation("P10", record.index, f"memory profiling captured {role} {mode} graphs capture_model "
+                             "does not capture: the KV cache was sized for other graphs"))
+    return out
+
+
 PROPERTIES: dict[str, Property] = {
     p.id: p
     for p in (
@@ -240,6 +280,15 @@ PROPERTIES: dict[str, Property] = {
                  "backends it runs allows (ALWAYS any, UNIFORM_BATCH uniform, UNIFORM_SINGLE_TOKEN_DECODE one token "
                  "per request, NEVER none); a varlen-decode graph needs ALWAYS or a declared varlen bound",
                  _per_dispatch(shape_legality, "P7")),
+        Property("P8", "graph-coverage",
+                 "each batch is served by the strongest graph the documented capture sizes give it, in a mode "
+                 "the configuration names (capture sizes: contract/core/sizes.py); over traces, its intent: no "
+                 "drafter graph under speculative_config.enforce_eager",
+                 _per_dispatch(intent, "P8")),
+        Property("P10", "start-up-accounting",
+                 "every kind of graph capture_model captures (role, runtime mode) was captured by memory "
+                 "profiling, whose estimate the KV cache is sized with, and profiling estimated no other kind",
+                 accounting),
     )
 }
 

@@ -56,6 +56,7 @@ class SizeSetting:
     cudagraph_mode: str = FULL_AND_PIECEWISE.name
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
+    enforce_eager: bool = False  # --enforce-eager: no graph at all (intent)
 
     @property
     def mode(self) -> CUDAGraphMode:
@@ -80,7 +81,7 @@ class SizeSetting:
 
     def flags(self) -> str:
         """The ``vllm serve`` flags that set it (a drafter named by its token count only)."""
-        out = [f"--max-num-seqs {self.max_num_seqs}"]
+        out = [f"--max-num-seqs {self.max_num_seqs}"] + ["--enforce-eager"] * self.enforce_eager
         if self.max_num_batched_tokens != DEFAULT_MAX_NUM_BATCHED_TOKENS:
             out.append(f"--max-num-batched-tokens {self.max_num_batched_tokens}")
         if self.num_speculative_tokens:
@@ -100,6 +101,8 @@ class SizeSetting:
             out["cudagraph_capture_sizes"] = list(self.cudagraph_capture_sizes)
         if self.max_cudagraph_capture_size is not None:
             out["max_cudagraph_capture_size"] = self.max_cudagraph_capture_size
+        if self.enforce_eager:
+            out["enforce_eager"] = True
         return out
 
     @classmethod
@@ -107,7 +110,7 @@ class SizeSetting:
         sizes = data.get("cudagraph_capture_sizes")
         return cls(int(data["max_num_seqs"]), int(data["num_speculative_tokens"]), int(data["max_num_batched_tokens"]),
                    str(data["cudagraph_mode"]), tuple(int(s) for s in sizes) if sizes is not None else None,
-                   data.get("max_cudagraph_capture_size"))
+                   data.get("max_cudagraph_capture_size"), bool(data.get("enforce_eager", False)))
 
 
 def grid() -> list[SizeSetting]:
@@ -122,25 +125,37 @@ def grid() -> list[SizeSetting]:
         out.append(SizeSetting(16, 2, cudagraph_mode=mode.name, cudagraph_capture_sizes=(1, 2, 4, 8, 16, 24)))
         out.append(SizeSetting(6, 6, cudagraph_mode=mode.name, max_cudagraph_capture_size=42))
         out.append(SizeSetting(100, 0, cudagraph_mode=mode.name, max_cudagraph_capture_size=100))
+        out += [SizeSetting(8, 0, cudagraph_mode=mode.name, enforce_eager=True),
+                SizeSetting(100, 2, cudagraph_mode=mode.name, enforce_eager=True)]
     return out
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One batch a step can bring: ``decode`` is ``num_reqs`` requests of ``q`` tokens each, ``mixed``
-    is ``num_tokens`` tokens over ``min(num_tokens, max_num_seqs)`` requests."""
+    """One batch a step can bring: ``decode`` is ``num_reqs`` requests of ``q`` tokens each,
+    ``partial`` ``num_reqs`` requests of ``q - 1`` (drafts partly accepted, or fewer proposed),
+    ``mixed`` ``num_tokens`` tokens over ``min(num_tokens, max_num_seqs)`` requests of which one is
+    prefilling."""
 
     kind: str
     num_tokens: int
     num_reqs: int
 
+    @property
+    def uniform_token_count(self) -> int | None:
+        """Tokens per request where every request has as many: decode and partial batches."""
+        return None if self.kind == "mixed" else self.num_tokens // self.num_reqs
+
 
 def batches(s: SizeSetting) -> Iterator[Batch]:
-    """Every decode batch (1..``max_num_seqs`` requests) and every mixed batch up to one past the
-    ceiling."""
+    """Every decode batch (1..``max_num_seqs`` requests), every partial one under speculative
+    decoding, and every mixed batch up to one past the ceiling."""
     for n in range(1, s.max_num_seqs + 1):
         if n * s.q <= s.max_num_batched_tokens:
             yield Batch("decode", n * s.q, n)
+    for n in range(1, s.max_num_seqs + 1) if s.q > 1 else ():
+        if n * (s.q - 1) <= s.max_num_batched_tokens:
+            yield Batch("partial", n * (s.q - 1), n)
     for t in range(1, min(s.ceiling() + 1, s.max_num_batched_tokens) + 1):
         yield Batch("mixed", t, min(t, s.max_num_seqs))
 
@@ -164,7 +179,7 @@ class Gap:
     kind: str
     wanted: str
     served: str
-    what: str  # WEAKER, SMALLER or UNCONFIGURED
+    what: str  # WEAKER, SMALLER, UNCONFIGURED or UNWANTED
 
     @property
     def title(self) -> str:
@@ -174,6 +189,8 @@ class Gap:
             return f"P8 {self.kind} batches replay a {self.served} graph smaller than the batch"
         if self.what == UNCONFIGURED:
             return f"P8 {self.kind} batches take {self.served} graphs, a mode cudagraph_mode {self.wanted} does not name"
+        if self.what == UNWANTED:
+            return f"P8 {self.kind} batches take {self.served} graphs under --enforce-eager"
         if self.served == NONE.name:
             return f"P8 {self.kind} batches a {self.wanted} graph could serve run eagerly"
         return f"P8 {self.kind} batches a {self.wanted} graph could serve take {self.served} graphs"
@@ -182,7 +199,7 @@ class Gap:
     def severity(self) -> str:
         if self.kind in PHASES:
             return f"crash {PHASES[self.kind]}"
-        if self.what == UNCONFIGURED:  # the mode a user chose keeps graphs from what they know cannot take them
+        if self.what in (UNCONFIGURED, UNWANTED):  # the user's choice keeps graphs from what cannot take them
             return "graph of a mode not configured"
         return "wrong result" if self.what == SMALLER else "silent eager fallback"
 
@@ -198,6 +215,7 @@ class Gap:
 WEAKER = "weaker graph"
 SMALLER = "graph smaller than the batch"
 UNCONFIGURED = "a mode the configuration does not name"
+UNWANTED = "a graph where the configuration asks for none"
 PHASES = {"config": "at start-up", "dispatch": "when serving"}  # where vLLM's code raised
 
 
@@ -216,19 +234,24 @@ class Judged:
 
 
 def judge(served: dict[Batch, Served], best: Callable[[Batch], CUDAGraphMode], logged: list[str],
-          configured: CUDAGraphMode) -> Judged:
-    """P8 over what vLLM served each batch with: never a runtime mode the ``configured``
+          setting: SizeSetting) -> Judged:
+    """P8 over what vLLM served each batch of ``setting`` with: no graph at all under
+    ``--enforce-eager`` (intent: ``VllmConfig.__post_init__`` sets the mode to NONE,
+    ``34:config/vllm.py:1697-1699``, ``:1915-1919``); never a runtime mode the configured
     ``cudagraph_mode`` does not name for the batch's routine (monotonicity: the mixed mode for any
-    batch, the decode mode for a uniform decode batch too), never a graph smaller than the batch, and at
-    least as strong as ``best``, the strongest mode a graph the release's documented sizes give could
-    serve it with (``contract/runners/mrv2/model/sizes.py``)."""
+    batch, the decode mode for a uniform decode batch too); never a graph smaller than the batch; and
+    at least as strong as ``best``, the strongest mode a graph the release's documented sizes give
+    could serve it with (``contract/runners/<runner>/model/sizes.py``)."""
     out = Judged(documented=[f"{line} ({where})" for line in logged for p, where in DOWNGRADES.values()
                              if p.search(line)])
+    configured = setting.mode
     mixed = {NONE.name, configured.mixed_mode().name}
-    named = {"mixed": mixed, "decode": mixed | {configured.decode_mode().name}}
+    named = {"mixed": mixed, "partial": mixed, "decode": mixed | {configured.decode_mode().name}}
     for b, got in served.items():
         want = best(b)
-        if got.mode not in named[b.kind]:
+        if setting.enforce_eager and got.mode != NONE.name:
+            out.gaps.setdefault(Gap(b.kind, NONE.name, got.mode, UNWANTED), []).append(b)
+        elif got.mode not in named[b.kind]:
             out.gaps.setdefault(Gap(b.kind, configured.name, got.mode, UNCONFIGURED), []).append(b)
         elif got.mode != NONE.name and (got.num_tokens < b.num_tokens or (got.num_reqs is not None
                                                                          and got.num_reqs < b.num_reqs)):
@@ -290,7 +313,7 @@ def witness_setting(data: dict, where: str) -> SizeSetting:
     ints = ("max_num_seqs", "num_speculative_tokens", "max_num_batched_tokens")
     try:
         if not isinstance(s, dict) or set(s) - {*ints, "cudagraph_mode", "cudagraph_capture_sizes",
-                                                "max_cudagraph_capture_size"}:
+                                                "max_cudagraph_capture_size", "enforce_eager"}:
             raise ValueError("its setting has other fields than a size setting's")
         if any(not isinstance(s.get(k), int) or isinstance(s.get(k), bool) or s[k] < (0 if k == ints[1] else 1)
                for k in ints):
@@ -301,6 +324,8 @@ def witness_setting(data: dict, where: str) -> SizeSetting:
         if sizes is not None and (not isinstance(sizes, list) or not sizes
                                   or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes)):
             raise ValueError("cudagraph_capture_sizes must be a list of positive integers")
+        if not isinstance(s.get("enforce_eager", False), bool):
+            raise ValueError("enforce_eager must be true or false")
         top = s.get("max_cudagraph_capture_size")
         if top is not None and (not isinstance(top, int) or isinstance(top, bool) or top < 1):
             raise ValueError("max_cudagraph_capture_size must be a positive integer")

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 
-from contract.core.events import Event, ProfileCudagraphMemory
+from contract.core.events import CaptureModel, Event, ProfileCudagraphMemory
 from contract.core.modes import PIECEWISE, CUDAGraphMode
 from contract.core.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
-from contract.core.properties import Violation, check
+from contract.core.properties import Violation, check, profiled_pairs
 from contract.core.scenario import Scenario
 
 _MODE = re.compile(r"\((\w+)\)")
@@ -65,12 +65,15 @@ def _dispatch(data: dict, capture_phase_graphs: set, descriptor_from_json) -> Di
                     previously_captured=(data["role"], mode, desc) in capture_phase_graphs)
 
 
-def records(steps: list[dict], events: list[Event], descriptor_from_json) -> list[StepRecord]:
+def records(steps: list[dict], events: list[Event], descriptor_from_json, *, profiling_skipped: bool) -> list[StepRecord]:
     """Observed steps as ``StepRecord``s (only the fields the properties read); a dispatch's batch
     descriptor is read by the runner family's ``descriptor_from_json`` (MRV1 ``BatchDescriptor``,
-    MRV2 ``BatchExecutionDescriptor``)."""
+    MRV2 ``BatchExecutionDescriptor``). ``capture_model``'s record carries what memory profiling
+    captured (``StepRecord.profiled``), unless the release's profiling returns 0 by design for the
+    scenario (``profiling_skipped``: the family's ``profiling_skipped``)."""
     out: list[StepRecord] = []
     graphs: set = set()
+    profiled = None
     for index, (step, event) in enumerate(zip(steps, events)):
         dispatches = []
         for data in step.get("dispatches", []):
@@ -78,14 +81,18 @@ def records(steps: list[dict], events: list[Event], descriptor_from_json) -> lis
             dispatches.append(d)
             if not d.error and any(a.action is Action.CAPTURED for a in d.acting):
                 graphs.add((d.role, d.runtime_mode, d.batch_descriptor))
+        record = StepRecord(index, event, tuple(dispatches), dict(step.get("stacks", {})),
+                            dict(step.get("unwrap", {})), halted=step.get("halted"),
+                            profiled=profiled if isinstance(event, CaptureModel) else None)
         if isinstance(event, ProfileCudagraphMemory):
             graphs.clear()
-        out.append(StepRecord(index, event, tuple(dispatches), dict(step.get("stacks", {})),
-                              dict(step.get("unwrap", {})), halted=step.get("halted")))
+            if not profiling_skipped and not record.halted:
+                profiled = profiled_pairs(record)
+        out.append(record)
     return out
 
 
 def violations(steps: list[dict], events: list[Event], scenario: Scenario,
-               descriptor_from_json) -> tuple[list[StepRecord], list[Violation]]:
-    recs = records(steps, events, descriptor_from_json)
+               descriptor_from_json, *, profiling_skipped: bool) -> tuple[list[StepRecord], list[Violation]]:
+    recs = records(steps, events, descriptor_from_json, profiling_skipped=profiling_skipped)
     return recs, [v for r in recs for v in check(r, scenario, scenario.runner)]

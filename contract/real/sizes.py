@@ -6,10 +6,9 @@ Used by the branch check (``contract/branch/sizes.py``) and by a release's confo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from contract.core.capture_sizes import derive
+from contract.core.family import SizeModel
 from contract.core.sizes import Batch, Gap, RunsError, SizeSetting, batches, crash, judge, served_from
 
 
@@ -28,7 +27,7 @@ class Side:
     tree_modules: list[str] = field(default_factory=list)
 
 
-def judged(best_graph: Callable, release: str, settings: list[SizeSetting], data: dict, what: str) -> Side:
+def judged(model: SizeModel, release: str, settings: list[SizeSetting], data: dict, what: str) -> Side:
     """P8 over one side's records, against the release's documented sizes."""
     side = Side(reached=set(data["reached"]), tree_modules=list(data["tree_modules"]))
     for s, record in zip(settings, data["records"]):
@@ -46,8 +45,8 @@ def judged(best_graph: Callable, release: str, settings: list[SizeSetting], data
         except (RunsError, KeyError, TypeError, ValueError) as exc:
             raise SizesProblem(f"{what}: {exc}") from None
         side.derived[s] = {"cudagraph_mode": record.get("mode"), **record.get("derived", {})}
-        best = best_graph(s, derive(s, release), release)
-        result = judge(served, best, [str(x) for x in record.get("logged", [])], s.mode)
+        best = model.best_graph(s, model.lists(s, release), release)
+        result = judge(served, best, [str(x) for x in record.get("logged", [])], s)
         for gap, shown in result.gaps.items():
             side.found.setdefault(gap, {})[s] = shown
         if result.documented:
@@ -55,8 +54,8 @@ def judged(best_graph: Callable, release: str, settings: list[SizeSetting], data
     return side
 
 
-def model_lists(s: SizeSetting, release: str) -> dict | str:
-    d = derive(s, release)
+def model_lists(model: SizeModel, s: SizeSetting, release: str) -> dict | str:
+    d = model.lists(s, release)
     return d.rejected if d.rejected is not None else {"cudagraph_mode": d.cudagraph_mode, **d.lists()}
 
 
@@ -66,18 +65,18 @@ def same(real: dict | str, model: dict | str) -> bool:
     return real == model
 
 
-def disagreements(side: Side, settings: list[SizeSetting], release: str) -> list[str]:
+def disagreements(model: SizeModel, side: Side, settings: list[SizeSetting], release: str) -> list[str]:
     """The settings (as flags) where vLLM's derived lists, or its rejection, are not the model's."""
-    return [s.flags() for s in settings if s in side.derived and not same(side.derived[s], model_lists(s, release))]
+    return [s.flags() for s in settings if s in side.derived and not same(side.derived[s], model_lists(model, s, release))]
 
 
-def conformance(best_graph: Callable, release: str, settings: list[SizeSetting], records: list[dict]) -> dict:
+def conformance(model: SizeModel, release: str, settings: list[SizeSetting], records: list[dict]) -> dict:
     """A release's size check for its conformance report: how many settings' derived lists agree
     with the model's, the P8 classes (each with its first setting), the downgrades vLLM logged."""
-    side = judged(best_graph, release, settings, {"records": records, "reached": [], "tree_modules": []},
+    side = judged(model, release, settings, {"records": records, "reached": [], "tree_modules": []},
                   f"vLLM {release}")
-    return {"settings": len(settings), "derived": len(side.derived),
-            "disagreements": disagreements(side, settings, release),
+    return {"settings": len(settings), "derived": len(side.derived), "dispatch": model.dispatch,
+            "disagreements": disagreements(model, side, settings, release),
             "batches": sum(1 for s in settings for _ in batches(s)),
             "classes": [{**gap.to_json(), "settings": len(where), "first": min(where, key=settings.index).flags()}
                         for gap, where in sorted(side.found.items())],

@@ -43,7 +43,9 @@ def _status(o: Outcome, bug: Bug) -> str:
             f"vLLM's observations differed on {' and '.join(differed)}, none of them a class the contract flags"
             if differed else "vLLM's observations were the release's on every replayed step"))
     if o.status == IN_RELEASE:
-        return f"in vLLM {bug.release} as released: nothing to re-inject, and its findings show no class of it"
+        shown = ", ".join(f"`{c.split(': ', 1)[1]}`" for c in o.classes[:2])
+        return (f"in vLLM {bug.release} as released: nothing to re-inject; "
+                + (f"its confirmed findings show it ({shown})" if o.classes else "its confirmed findings show no class of it"))
     return o.status + (f": {o.detail}" if o.detail and o.status == "error" else "")
 
 
@@ -52,6 +54,7 @@ def markdown(bugs: list[Bug], outcomes: dict[str, Outcome]) -> str:
     replayed = [o for o in outcomes.values() if o.status in MEASURED]
     found = [o for o in replayed if o.status == FOUND]
     unchanged = sum(o.status == MISSED and not o.differing_steps and not o.differing_settings for o in replayed)
+    in_release = [o for o in outcomes.values() if o.status == IN_RELEASE]
     lines = ["# Real vLLM CUDA-graph bugs, re-injected, and what the tool finds", "",
              f"{len(bugs)} bugs from vLLM's tracker (issues and pull requests of 2025 and 2026 found by searching it for "
              "CUDA-graph modes, capture sizes, capture, dispatch, replay, drafters, micro-batching, LoRA, data "
@@ -71,11 +74,12 @@ def markdown(bugs: list[Bug], outcomes: dict[str, Outcome]) -> str:
              f"{sum(o.status == MISSED for o in replayed) - unchanged} made vLLM behave differently without a class the "
              "contract flags (both exit 0: nothing new). A bug is found when the check reports a class the release "
              "does not show, new or lost graphs; a person then judged which class is the bug's mechanism. "
-             f"{sum(o.status == IN_RELEASE for o in outcomes.values())} more bugs are in vLLM 0.34.0 as released "
-             "(nothing to re-inject; the tool's findings on 0.34.0 show none of them), "
+             f"{len(in_release)} more bugs are in vLLM 0.34.0 as released (nothing to re-inject; the tool's confirmed "
+             f"findings on 0.34.0 show {sum(bool(o.classes) for o in in_release)} of them), "
              f"{sum(o.status == NOT_REINJECTABLE for o in outcomes.values())} have no small edit in the releases "
              "replayed (out of scope, each with the reason).", ""]
-    misses = [o for o in outcomes.values() if o.status in (MISSED, UNEXERCISED, IN_RELEASE, "error")]
+    misses = [o for o in outcomes.values() if o.status in (MISSED, UNEXERCISED, "error")
+              or o.status == IN_RELEASE and not o.classes]
     lines += ["## What to model next", "",
               "The missed bugs and those in the release as shipped, grouped by what the tool lacks to find them "
               "(a person's reading of each bug against the model), most bugs first:", ""]
@@ -126,6 +130,12 @@ def readme(bug: Bug, outcome: Outcome | None) -> str:
                       f"{outcome.traces} traces): the contract's own properties on vLLM's code, no rule for this bug. "
                       "The classes it reports that the release does not show (new classes, and lost graphs: fewer "
                       "dispatches served by a graph than on the release):", ""]
+            lines += [f"- {c}" for c in outcome.classes]
+            if bug.match:
+                lines += ["", f"Judged by a person to be the bug's mechanism: {bug.match}."]
+        elif outcome.status == IN_RELEASE and outcome.classes:
+            lines += ["The release's own conformance run (`conform --vllm "
+                      f"{bug.release}`, vLLM's code on CPU with CUDA graphs simulated) confirms these classes:", ""]
             lines += [f"- {c}" for c in outcome.classes]
             if bug.match:
                 lines += ["", f"Judged by a person to be the bug's mechanism: {bug.match}."]

@@ -112,7 +112,7 @@ def _sizes_markdown(sizes: dict) -> list[str]:
     lines = ["## Capture sizes", "",
              f"Every setting of the boundary grid (`contract/core/sizes.py`: `max_num_seqs`, `max_num_batched_tokens`, "
              f"the speculative token count, `cudagraph_mode`, explicit sizes and maximum) through vLLM's own size "
-             f"derivation and `CudaGraphManager.dispatch`, each batch up to one past the requested capture ceiling "
+             f"derivation and `{sizes['dispatch']}`, each batch up to one past the requested capture ceiling "
              f"judged by P8 (graph coverage) against the graphs the model's derivation gives; a downgrade vLLM "
              f"logs is derived alike, so it is listed, not flagged.", "",
              f"- derived lists: **{agree} of {sizes['derived']}** settings vLLM accepts equal the model's "

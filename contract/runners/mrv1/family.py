@@ -6,7 +6,7 @@ from contract.core.scenario import Runner
 from contract.runners.mrv1 import branch
 from contract.runners.mrv1.model.engine import ENGINE
 from contract.runners.mrv1.model.policy_file import built_in
-from contract.runners.mrv1.real import conform, replay
+from contract.runners.mrv1.real import conform, replay, sizes
 
 
 def release_policy(release: tuple[int, int]) -> str:
@@ -28,10 +28,12 @@ FAMILY = Family(
     conform=conform.run,
     session=conform.session,
     descriptor_from_json=lambda data, mode: BatchDescriptor.from_json(data),
+    profiling_skipped=lambda scenario, version: False,  # every release profiles what it captures
     # What the replay imports first, and the modules those call into that the replay's decision paths
     # cite (graph_capture, ubatch_utils.maybe_create_ubatch_slices): their code runs too.
     replays=replay.MODULES + ("vllm.distributed.parallel_state", "vllm.v1.worker.ubatch_utils"),
     markers=(branch.RUNNER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,
+    sizes=sizes.SIZES,
 )

@@ -2,12 +2,13 @@
 
 from contract.core.family import Family
 from contract.core.forward_context import BatchDescriptor
-from contract.core.scenario import Runner
+from contract.core.scenario import Runner, Scenario
+from contract.real.installed import release
 from contract.runners.mrv2 import branch
 from contract.runners.mrv2.model.cudagraph_utils import BED
 from contract.runners.mrv2.model.engine import ENGINE
+from contract.runners.mrv2.model.model_runner import skips_profiling
 from contract.runners.mrv2.model.policies import built_in
-from contract.runners.mrv2.model.sizes import reference
 from contract.runners.mrv2.real import conform, sizes
 from contract.runners.mrv2.real.modules import MODULES, SPECULATORS
 
@@ -21,6 +22,12 @@ def descriptor_from_json(data: dict, mode):
     """MRV2 dispatches record ``BatchExecutionDescriptor``s; a forward outside any manager (the
     profile run's eager pass) records a plain ``BatchDescriptor``."""
     return BED.from_json(data, mode) if "uniform_token_count" in data else BatchDescriptor.from_json(data)
+
+
+def profiling_skipped(scenario: Scenario, version: str) -> bool:
+    """Where the release's own reading (its built-in policy) has ``profile_cudagraph_memory``
+    return 0: 0.34's extensible KV cache, which measures the graphs after warm-up."""
+    return skips_profiling(scenario, built_in(release_policy(release(version))))
 
 
 FAMILY = Family(
@@ -37,12 +44,12 @@ FAMILY = Family(
     conform=conform.run,
     session=conform.session,
     descriptor_from_json=descriptor_from_json,
+    profiling_skipped=profiling_skipped,
     # What the replay imports first, its speculators, and the modules those call into that the
     # replay's decision paths cite (graph_capture, get_uniform_decode_token_count): their code runs too.
     replays=MODULES + (SPECULATORS, "vllm.distributed.parallel_state", "vllm.v1.worker.utils"),
     markers=(branch.MANAGER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,
-    observe_sizes=sizes.observe,
-    best_graph=reference,
+    sizes=sizes.SIZES,
 )

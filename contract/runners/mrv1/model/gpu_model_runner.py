@@ -15,6 +15,7 @@ from contract.runners.mrv1.model.cudagraph_dispatcher import DispatcherState, cl
 from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.core.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
+from contract.core.properties import profiled_pairs
 from contract.core.policy import Policy
 from contract.core.resolve import ResolveRejected
 from contract.core.scenario import Config, ConfigRejected, DrafterKind, Scenario
@@ -58,6 +59,7 @@ class RunnerState:
     # (role, mode, descriptor) dispatches whose capture completed and was not cleared since
     graphs: frozenset[tuple[str, CUDAGraphMode, BatchDescriptor]] = frozenset()
     memory_profiled: bool = False
+    profiled: frozenset[tuple[str, str]] | None = None  # what profiling captured graphs of (StepRecord.profiled)
     resolved: bool = False
     captured: bool = False
     halted: str | None = None
@@ -376,6 +378,8 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
                 graphs=frozenset(),
                 target_dispatcher=clear_keys(st.state.target_dispatcher),
             )
+        if not st.state.halted:
+            st.set(profiled=profiled_pairs(StepRecord(0, event, tuple(st.dispatches))))
         record_extra["cudagraph_mode"] = st.state.cudagraph_mode
         # initialize_from_config resolves again before capture_model (gpu_worker.py:866-907)
         st.set(resolved=False)
@@ -393,6 +397,7 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
             if policy.capture_model_closes_window and not st.state.halted:
                 st.set("capture window closed", capturing_enabled=False)
             st.capture_phase = False
+        record_extra["profiled"] = state.profiled
     elif isinstance(event, ExecuteModel):
         mode, desc = st.dispatch(
             "target", event.num_tokens, event.uniform_decode, valid_modes={NONE} if event.force_eager else None

@@ -86,6 +86,10 @@ def _drafter_keeps_target_mode(target_mode, spec_enforce_eager):
     return NONE if spec_enforce_eager else target_mode
 
 
+def _drafter_ignores_enforce_eager(target_mode, spec_enforce_eager):
+    return dispatcher.drafter_cudagraph_mode(target_mode, False)
+
+
 def _no_upgrade(mode, config, support, q, v2, sizes, available=True):
     return resolve.resolve_cudagraph_mode_and_sizes(
         mode, replace(config, splitting_ops_contain_attention=False) if mode == FULL else config,
@@ -184,6 +188,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "which its PIECEWISE-scoped wrapper passes through",
            kills=frozenset(['P1', 'P4', 'halt']),
            build=replacing(drafter_cudagraph_mode=_drafter_keeps_target_mode)),
+    Mutant("drafter_ignores_enforce_eager", "vllm_0_30", "dispatcher",
+           "the drafter's keys ignore speculative_config.enforce_eager while capture_model's dummy run honours it "
+           "(the half of vLLM #26821 left out): a drafter the user asked to run eagerly dispatches PIECEWISE, "
+           "captured when serving, where the capture guard stops vLLM",
+           kills=frozenset(['P0', 'P4', 'P8']),
+           build=replacing(drafter_cudagraph_mode=_drafter_ignores_enforce_eager)),
     Mutant("resolve_no_upgrade", "vllm_0_30", "resolve",
            "FULL with less than ALWAYS support always falls to FULL_DECODE_ONLY (no FULL_AND_PIECEWISE upgrade)",
            kills=frozenset(['P1']),

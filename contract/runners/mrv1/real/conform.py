@@ -16,7 +16,10 @@ from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
 from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
+from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
+from contract.real.sizes import conformance as size_conformance
+from contract.runners.mrv1.real import sizes
 
 
 def scenarios() -> Iterator[Scenario]:
@@ -103,6 +106,11 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
                 out.generated_diffs.append(result)
             progress.advance()
         out.generated["violations"] = dict(sorted(counts.items()))
+    if sizes.SIZES.models(session.version):
+        settings = grid()
+        progress.stage("capture-size settings", None, f"vLLM {session.version}")
+        release = ".".join(session.version.split(".")[:2])
+        out.sizes = size_conformance(sizes.SIZES, release, settings, sizes.observe(session, settings))
     out.decisions = session.decisions.to_json()
     out.mirrored = session.mirrored()
     from contract.real.decisions import WHERE

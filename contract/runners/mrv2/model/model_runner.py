@@ -33,6 +33,7 @@ from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model import spec_decode
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
 from contract.core.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
+from contract.core.properties import profiled_pairs
 from contract.core.resolve import ResolveRejected
 from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
 
@@ -63,6 +64,7 @@ class RunnerState:
     entries: frozenset[Entry] = frozenset()
     completed: frozenset[tuple] = frozenset()  # (layer, Dispatch.key) whose capture completed
     memory_profiled: bool = False
+    profiled: frozenset[tuple[str, str]] | None = None  # what profiling captured graphs of (StepRecord.profiled)
     resolved: bool = False
     captured: bool = False
     halted: str | None = None
@@ -426,6 +428,10 @@ def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Eve
     elif isinstance(event, ProfileCudagraphMemory) and skips_profiling(scenario, policy):
         st.set("extensible KV cache: profiling returns 0, nothing captured or resolved", memory_profiled=True)
         extra["cudagraph_mode"] = st.state.cudagraph_mode
+    elif isinstance(event, ProfileCudagraphMemory) and not policy.profiling_captures:
+        st.set("profile_cudagraph_memory returns 0: nothing captured or resolved", memory_profiled=True,
+               profiled=frozenset())
+        extra["cudagraph_mode"] = st.state.cudagraph_mode
     elif isinstance(event, ProfileCudagraphMemory):
         st.set(memory_profiled=True)
         st.initialize_kv_cache()
@@ -434,6 +440,7 @@ def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Eve
             st.capture_model(max_full=PROFILE_MAX_FULL_DESCS)
             st.capture_phase = False
         if not st.state.halted:
+            st.set(profiled=profiled_pairs(StepRecord(0, event, tuple(st.dispatches))))
             # finally: CUDAGraphWrapper.clear_all_graphs() and BreakableCUDAGraphWrapper.clear_all_graphs(),
             # then _teardown_profiling_state drops every manager and its breakable runner.
             kept = frozenset() if policy.profiling_clears_graphs else frozenset(
@@ -452,6 +459,7 @@ def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Eve
         st.capture_phase = True
         st.capture_model()
         st.capture_phase = False
+        extra["profiled"] = state.profiled
     elif isinstance(event, ExecuteModel):
         st.execute_model(event)
     elif isinstance(event, Propose):

@@ -79,6 +79,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "graphs captured into the discarded profiling pool",
            kills=frozenset(['P5']),
            build=replacing(profiling_clears_graphs=False)),
+    Mutant("mrv2_profiling_returns_zero", "mrv2_0_34", "profiling",
+           "profile_cudagraph_memory returns 0 without capturing (vLLM #49224, before #53306): the KV cache is "
+           "sized with no memory for the graphs capture_model then captures",
+           kills=frozenset(['P10']),
+           build=replacing(profiling_captures=False)),
     Mutant("mrv2_adaptive_verification_skipped", "mrv2_0_34", "resolve",
            "resolve_adaptive_cudagraph_mode not applied: FULL is not rewritten to FULL_AND_PIECEWISE, which hides "
            "lead L1 under adaptive verification, and a mode resolve lowered to PIECEWISE no longer trips its "

@@ -95,6 +95,7 @@ class Mrv2Policy:
     # profile_cudagraph_memory returns 0 before any capture when cache_config.enable_extensible_kv_cache
     # is on (0.34.0 only: 34:v1/worker/gpu/model_runner.py:1123-1125; 0.33.0 has no such setting)
     extensible_kv_cache_skips_profiling: bool = False
+    profiling_captures: bool = True  # profile_cudagraph_memory runs capture_model(profile_only=True)
     compile_at_first_forward: bool = True  # inner PIECEWISE wrappers decided under the load-time mode
 
     @property

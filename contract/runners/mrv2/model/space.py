@@ -44,9 +44,10 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
         compiled = (has_compiled_submodule(scenario, config), has_compiled_submodule(scenario, config, draft=True))
     except ConfigRejected as exc:
         config, compiled = str(exc), None
-    # MRV2 never reads speculative_config.enforce_eager under v1/worker/gpu/, and reads the model
-    # classes only through has_compiled_submodule.
-    return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator,
+    # MRV2 reads the model classes only through has_compiled_submodule. It never reads
+    # speculative_config.enforce_eager under v1/worker/gpu/ (0.33.0, 0.34.0), but P8 judges the
+    # drafter's graphs by it, so it stays in the key.
+    return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator, scenario.spec_enforce_eager,
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
             skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only)
 
@@ -70,6 +71,12 @@ def all_scenarios() -> list[Scenario]:
                 out.append(Scenario(**fields, varlen_decode_bound=bound, attention_support_draft_only=draft_only))
             except ValueError:
                 continue
+    # speculative_config.enforce_eager: every mode, speculator, draft class and query length, the
+    # rarer settings at vLLM's defaults (it doubles the drafter scenarios otherwise).
+    for mode, spec, dc, q in itertools.product((FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
+                                               Speculator, (True, False), (2, 3)):
+        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=DrafterKind.WITH_MODEL, speculator=spec,
+                            draft_compiled=dc, uniform_decode_query_len=q, spec_enforce_eager=True))
     return out
 
 
@@ -109,6 +116,7 @@ _SPLITTING_OPS = hst.sampled_from(SplittingOps)
 _QUERY_LEN = hst.sampled_from((2, 3))
 _SPECULATOR = hst.sampled_from((Speculator.EAGLE, *Speculator))
 _MOSTLY_ON = hst.sampled_from((True, True, False))
+_RARE = hst.sampled_from((False, False, False, True))
 # Only the pairs that apply are drawn, a weaker draft-only backend most often: they exist only under
 # adaptive verification, so a field-by-field draw would rarely reach them.
 _ADAPTIVE_PAIRS = {
@@ -138,6 +146,7 @@ def _draw_scenario(draw) -> Scenario:
         speculator=draw(_SPECULATOR) if with_model else Speculator.EAGLE,
         model_compiled=draw(_MOSTLY_ON),
         draft_compiled=draw(_BOOL) if with_model else True,
+        spec_enforce_eager=with_model and draw(_RARE),
         adaptive_verification=adaptive,
         extensible_kv_cache=draw(_MOSTLY_ON),
         varlen_decode_bound=bound,

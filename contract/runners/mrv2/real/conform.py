@@ -23,9 +23,9 @@ from contract.core.scenario import DrafterKind, Runner, all_scenarios
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
-from contract.runners.mrv2.model.sizes import reference
 from contract.runners.mrv2.real import sizes
 from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPLAYED_WITHOUT_MODEL, REPLAYED_SPECULATORS
+from contract.runners.mrv2.model import space
 from contract.runners.mrv2.model.space import adaptive_attention
 
 # The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
@@ -39,7 +39,8 @@ def scenarios(policy: Policy) -> Iterator:
     class (``draft_compiled``, lead L2) and with and without adaptive verification (with it, each
     declared varlen bound and weaker draft-only backend that applies); under a release
     whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
-    ``profile_cudagraph_memory`` captures. ``spec_enforce_eager`` is left at False: MRV2 never reads it."""
+    ``profile_cudagraph_memory`` captures. Under ``spec_enforce_eager``, the model space's scenarios
+    of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults)."""
     kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
     for extensible in kv_cache:
         for s in all_scenarios(Runner.MRV2):
@@ -58,6 +59,9 @@ def scenarios(policy: Policy) -> Iterator:
                                               attention_support_draft_only=draft_only)
                             except ValueError:
                                 continue
+        for s in space.all_scenarios():
+            if s.spec_enforce_eager and s.speculator in REPLAYED_SPECULATORS:
+                yield replace(s, extensible_kv_cache=extensible)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
@@ -127,7 +131,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
     settings = grid()
     progress.stage("capture-size settings", None, f"vLLM {session.version}")
     release = ".".join(session.version.split(".")[:2])
-    out.sizes = size_conformance(reference, release, settings, sizes.observe(session, settings))
+    out.sizes = size_conformance(sizes.SIZES, release, settings, sizes.observe(session, settings))
     from contract.real.decisions import WHERE
     from contract.runners.mrv2.real import decision_points
 
