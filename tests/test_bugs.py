@@ -44,8 +44,11 @@ def test_the_corpus_holds_twenty_real_bugs_each_with_its_upstream_and_its_outcom
     for b in found:
         assert b.issues or b.prs
         assert b.faithful, f"{b.id}: why its edit is faithful (or why there is none) is not said"
-        if outcomes[b.id].status != bugs.FOUND and outcomes[b.id].status != bugs.NOT_REINJECTABLE:
+        shown = outcomes[b.id].status == bugs.IN_RELEASE and outcomes[b.id].classes
+        if outcomes[b.id].status not in (bugs.FOUND, bugs.NOT_REINJECTABLE) and not shown:
             assert b.missing, f"{b.id} is missed: what the tool lacks to find it is not said"
+        if outcomes[b.id].status == bugs.FOUND or shown:
+            assert b.match, f"{b.id}: which class is its mechanism is not judged"
 
 
 @pytest.mark.parametrize("bug", [b for b in bugs.corpus(CORPUS) if b.patch], ids=lambda b: b.id)

@@ -68,8 +68,9 @@ class Bug:
     faithful: str  # why it puts the bug's mechanism back, or why it cannot
     missing: str  # for a bug the tool misses: what it would need (a setting, a property, a component)
     match: str  # for a found bug: the class a person judged to be the bug's mechanism, and why
-    # for a bug in the release as shipped: the prefix of the class ids (reports/<policy>/classes/) a
-    # person judged to be its mechanism; the release's confirmed findings are searched for them
+    # for a bug in the release as shipped: the prefix of the class ids (reports/<policy>/classes/) or
+    # capture-size class titles a person judged to be its mechanism; the release's confirmed findings
+    # are searched for them
     shown_by: str
 
     @classmethod
@@ -156,22 +157,25 @@ class Outcome:
 
 
 def shown_in_release(bug: Bug, conformance: Path) -> list[str]:
-    """The classes (their witness files) the release's committed conformance report confirms on
-    vLLM's own code whose ids start with the bug's ``shown_by``."""
+    """What the release's committed conformance report shows of the bug on vLLM's own code: the
+    confirmed trace classes whose ids (their witness files) start with the bug's ``shown_by``, and
+    the capture-size classes whose titles do, each with its first setting."""
     if not (bug.shown_by and bug.release):
         return []
     name = f"vllm-{bug.release}" + ("-mrv2" if bug.runner == "mrv2" else "") + ".json"
     try:
         data = json.loads((conformance / name).read_text(encoding="utf-8"))
         findings = [(str(f["source"]), str(f["outcome"])) for f in data["findings"]]
+        sized = [(str(c["title"]), str(c["first"])) for c in (data.get("capture_sizes") or {}).get("classes", [])]
     except FileNotFoundError:
         return []
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BugError(f"{conformance / name} cannot be read as a conformance report ({type(exc).__name__}: {exc}); "
                        f"regenerate it with cudagraph-contract conform --vllm {bug.release}") from None
-    return sorted(source for source, outcome in findings
+    return sorted(Path(source).stem for source, outcome in findings
                   if outcome == "confirmed" and Path(source).parent.name == "classes"
-                  and Path(source).stem.startswith(bug.shown_by))
+                  and Path(source).stem.startswith(bug.shown_by)) + \
+        [f"{title} (first: {first})" for title, first in sized if title.startswith(bug.shown_by)]
 
 
 def check(bug: Bug, work: Path, timeout: float | None, conformance: Path, kind: str = "covering") -> Outcome:
@@ -181,8 +185,7 @@ def check(bug: Bug, work: Path, timeout: float | None, conformance: Path, kind: 
         if not bug.release:
             return Outcome(bug.id, NOT_REINJECTABLE, detail=bug.faithful)
         shown = shown_in_release(bug, conformance)
-        return Outcome(bug.id, IN_RELEASE, [f"confirmed on {bug.release}: {Path(s).stem}" for s in shown],
-                       detail=bug.faithful)
+        return Outcome(bug.id, IN_RELEASE, [f"confirmed on {bug.release}: {c}" for c in shown], detail=bug.faithful)
     pkg, python = package_of(bug.release), environment(bug.release)
     if pkg is None or not python.exists():
         return Outcome(bug.id, NO_ENVIRONMENT, detail=missing(bug.release))

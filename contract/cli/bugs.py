@@ -77,7 +77,8 @@ def bugs(
                 err.print(f"{bug.id}: {outcomes[bug.id].status}", markup=False, highlight=False)
             advance()
     differing = sorted(i for i, o in outcomes.items()
-                       if (check and i not in recorded) or (i in recorded and recorded[i].status != o.status))
+                       if (check and i not in recorded) or (i in recorded and recorded[i].status != o.status)
+                       or (i in recorded and o.status == bugs_mod.IN_RELEASE and recorded[i].classes != o.classes))
     if not check:  # a run of some bugs keeps the recorded outcomes of the others
         every = {b.id: outcomes.get(b.id) or recorded.get(b.id) for b in corpus_bugs}
         every = {i: o for i, o in every.items() if o is not None}

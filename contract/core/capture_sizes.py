@@ -94,8 +94,9 @@ def _shared(s: SizeSetting) -> Derived:
     uniform_decode_sizes: list[int] = []
     if max_size is None:
         max_size = min(mns * q * 2, DEFAULT_MAX_GRAPH_SIZE)
-        if q > 1:
-            uniform_decode_sizes = sorted({n * q for n in _request_counts(mns) if n * q <= max_size})
+        if q > 1:  # each decode query length up to the widest batch running at it
+            uniform_decode_sizes = sorted({n * ql for ql, widest in s.query_lens().items()
+                                           for n in _request_counts(widest) if n * ql <= max_size})
         elif mns <= max_size:
             uniform_decode_sizes = [mns]
     max_size = min(tokens, max_size)
@@ -132,8 +133,10 @@ def _split(s: SizeSetting, shared: Derived) -> Derived:
     legacy = s.cudagraph_capture_sizes is not None or s.max_cudagraph_capture_size is not None
     shared_sizes, shared_max = shared.cudagraph_capture_sizes, shared.max_cudagraph_capture_size
     prefill = tuple(shared_sizes)
-    decode = tuple(sorted({min(cdiv(x, q), mns) for x in shared_sizes if cdiv(x, q) * q <= shared_max}))
-    decode_tokens = {n * qq for n, qq in decode_cudagraph_capture_shapes(decode, {q: mns}, tokens)}
+    query_lens = s.query_lens()
+    decode = tuple(sorted({min(cdiv(x, ql), mns) for x in shared_sizes for ql in query_lens
+                           if cdiv(x, ql) * ql <= shared_max}))
+    decode_tokens = {n * qq for n, qq in decode_cudagraph_capture_shapes(decode, query_lens, tokens)}
     if s.num_speculative_tokens >= DRAFT_DECODE_MIN_TOKENS and decode:
         decode_tokens |= {n for n, _ in decode_cudagraph_capture_shapes(decode_cudagraph_capture_grid(mns),
                                                                       {1: mns}, tokens)}

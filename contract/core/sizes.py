@@ -57,6 +57,9 @@ class SizeSetting:
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
     enforce_eager: bool = False  # --enforce-eager: no graph at all (intent)
+    # Dynamic speculative decoding: (first batch size, last, speculative tokens) ranges
+    # (``34:config/speculative.py:570``), the token count of a batch read off them.
+    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = None
 
     @property
     def mode(self) -> CUDAGraphMode:
@@ -64,8 +67,21 @@ class SizeSetting:
 
     @property
     def q(self) -> int:
-        """``uniform_decode_query_len`` (``34:config/vllm.py:657-675``)."""
+        """``uniform_decode_query_len`` (``34:config/vllm.py:657-675``): the widest decode."""
         return 1 + self.num_speculative_tokens
+
+    def query_len(self, num_reqs: int) -> int:
+        """The tokens per request of a decode batch of ``num_reqs`` requests: ``q``, or under dynamic
+        speculative decoding one more than the schedule's count for that batch size."""
+        if self.num_speculative_tokens_per_batch_size is None:
+            return self.q
+        return 1 + dense_schedule(self.num_speculative_tokens_per_batch_size, self.max_num_seqs,
+                                  self.num_speculative_tokens)[num_reqs]
+
+    def query_lens(self) -> dict[int, int]:
+        """Each decode query length and the widest batch that runs at it
+        (``34:config/vllm.py:677-705``, ``33:config/vllm.py:2504-2539``)."""
+        return {self.query_len(n): n for n in range(1, self.max_num_seqs + 1)}
 
     def ceiling(self) -> int:
         """The largest batch, in tokens, the settings ask graphs for: the explicit maximum, else the
@@ -85,7 +101,10 @@ class SizeSetting:
         if self.max_num_batched_tokens != DEFAULT_MAX_NUM_BATCHED_TOKENS:
             out.append(f"--max-num-batched-tokens {self.max_num_batched_tokens}")
         if self.num_speculative_tokens:
-            out.append(f"--speculative-config '{{\"num_speculative_tokens\": {self.num_speculative_tokens}, ...}}'")
+            schedule = self.num_speculative_tokens_per_batch_size
+            dynamic = (f", \"num_speculative_tokens_per_batch_size\": {[list(r) for r in schedule]}"
+                       if schedule is not None else "")
+            out.append(f"--speculative-config '{{\"num_speculative_tokens\": {self.num_speculative_tokens}{dynamic}, ...}}'")
         cc = [f'"cudagraph_mode": "{self.cudagraph_mode}"']
         if self.cudagraph_capture_sizes is not None:
             cc.append(f'"cudagraph_capture_sizes": {list(self.cudagraph_capture_sizes)}')
@@ -103,14 +122,30 @@ class SizeSetting:
             out["max_cudagraph_capture_size"] = self.max_cudagraph_capture_size
         if self.enforce_eager:
             out["enforce_eager"] = True
+        if self.num_speculative_tokens_per_batch_size is not None:
+            out["num_speculative_tokens_per_batch_size"] = [list(r) for r in self.num_speculative_tokens_per_batch_size]
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> SizeSetting:
-        sizes = data.get("cudagraph_capture_sizes")
+        sizes, schedule = data.get("cudagraph_capture_sizes"), data.get("num_speculative_tokens_per_batch_size")
         return cls(int(data["max_num_seqs"]), int(data["num_speculative_tokens"]), int(data["max_num_batched_tokens"]),
                    str(data["cudagraph_mode"]), tuple(int(s) for s in sizes) if sizes is not None else None,
-                   data.get("max_cudagraph_capture_size"), bool(data.get("enforce_eager", False)))
+                   data.get("max_cudagraph_capture_size"), bool(data.get("enforce_eager", False)),
+                   tuple(tuple(int(x) for x in r) for r in schedule) if schedule is not None else None)
+
+
+def dense_schedule(schedule: tuple[tuple[int, int, int], ...], max_batch_size: int, max_tokens: int) -> list[int]:
+    """``build_dynamic_sd_schedule_lookup`` (``34:v1/spec_decode/dynamic/utils.py:77-147``) for a
+    valid schedule: per batch size (index 0 unused) its speculative tokens, within ``max_tokens``; a
+    gap and the tail carry the previous range's count forward."""
+    dense = [0] * (max_batch_size + 1)
+    ranges = sorted(schedule)
+    for i, (start, end, k) in enumerate(ranges):
+        stop = ranges[i + 1][0] - 1 if i + 1 < len(ranges) else max_batch_size
+        for n in range(start, min(stop, max_batch_size) + 1):
+            dense[n] = min(max_tokens, k)
+    return dense
 
 
 def grid() -> list[SizeSetting]:
@@ -127,6 +162,11 @@ def grid() -> list[SizeSetting]:
         out.append(SizeSetting(100, 0, cudagraph_mode=mode.name, max_cudagraph_capture_size=100))
         out += [SizeSetting(8, 0, cudagraph_mode=mode.name, enforce_eager=True),
                 SizeSetting(100, 2, cudagraph_mode=mode.name, enforce_eager=True)]
+        # dynamic speculative decoding: narrower drafts for wider batches, a gap carried forward, and
+        # a tier without drafts (query length 1)
+        out += [SizeSetting(16, 3, cudagraph_mode=mode.name, num_speculative_tokens_per_batch_size=((1, 4, 3), (5, 16, 1))),
+                SizeSetting(100, 2, cudagraph_mode=mode.name,
+                            num_speculative_tokens_per_batch_size=((1, 8, 2), (20, 64, 1), (65, 100, 0)))]
     return out
 
 
@@ -148,14 +188,14 @@ class Batch:
 
 
 def batches(s: SizeSetting) -> Iterator[Batch]:
-    """Every decode batch (1..``max_num_seqs`` requests), every partial one under speculative
-    decoding, and every mixed batch up to one past the ceiling."""
+    """Every decode batch (1..``max_num_seqs`` requests, each of its batch size's query length),
+    every partial one under speculative decoding, and every mixed batch up to one past the ceiling."""
     for n in range(1, s.max_num_seqs + 1):
-        if n * s.q <= s.max_num_batched_tokens:
-            yield Batch("decode", n * s.q, n)
-    for n in range(1, s.max_num_seqs + 1) if s.q > 1 else ():
-        if n * (s.q - 1) <= s.max_num_batched_tokens:
-            yield Batch("partial", n * (s.q - 1), n)
+        if n * s.query_len(n) <= s.max_num_batched_tokens:
+            yield Batch("decode", n * s.query_len(n), n)
+    for n in range(1, s.max_num_seqs + 1):
+        if s.query_len(n) > 1 and n * (s.query_len(n) - 1) <= s.max_num_batched_tokens:
+            yield Batch("partial", n * (s.query_len(n) - 1), n)
     for t in range(1, min(s.ceiling() + 1, s.max_num_batched_tokens) + 1):
         yield Batch("mixed", t, min(t, s.max_num_seqs))
 
@@ -246,12 +286,15 @@ def judge(served: dict[Batch, Served], best: Callable[[Batch], CUDAGraphMode], l
                              if p.search(line)])
     configured = setting.mode
     mixed = {NONE.name, configured.mixed_mode().name}
-    named = {"mixed": mixed, "partial": mixed, "decode": mixed | {configured.decode_mode().name}}
+    decode = mixed | {configured.decode_mode().name}
+    query_lens = setting.query_lens()
     for b, got in served.items():
         want = best(b)
+        # a partial batch at a query length dynamic speculative decoding runs is a decode batch there
+        named = decode if b.kind == "decode" or b.uniform_token_count in query_lens else mixed
         if setting.enforce_eager and got.mode != NONE.name:
             out.gaps.setdefault(Gap(b.kind, NONE.name, got.mode, UNWANTED), []).append(b)
-        elif got.mode not in named[b.kind]:
+        elif got.mode not in named:
             out.gaps.setdefault(Gap(b.kind, configured.name, got.mode, UNCONFIGURED), []).append(b)
         elif got.mode != NONE.name and (got.num_tokens < b.num_tokens or (got.num_reqs is not None
                                                                          and got.num_reqs < b.num_reqs)):
@@ -267,8 +310,8 @@ class RunsError(ValueError):
 
 def served_from(s: SizeSetting, runs: list) -> dict[Batch, Served]:
     """Each batch of ``batches(s)`` with its descriptor, from the runs ``[kind, first tokens, last
-    tokens, mode, tokens, requests]`` the real side reports (consecutive batches of a kind served
-    alike); ``RunsError`` unless they cover exactly those batches."""
+    tokens, mode, tokens, requests]`` the real side reports (consecutive batches of a kind, of rising
+    token counts, served alike); ``RunsError`` unless they cover exactly those batches."""
     out: dict[Batch, Served] = {}
     expected_batches = list(batches(s))
     queue = iter(expected_batches)
@@ -313,7 +356,8 @@ def witness_setting(data: dict, where: str) -> SizeSetting:
     ints = ("max_num_seqs", "num_speculative_tokens", "max_num_batched_tokens")
     try:
         if not isinstance(s, dict) or set(s) - {*ints, "cudagraph_mode", "cudagraph_capture_sizes",
-                                                "max_cudagraph_capture_size", "enforce_eager"}:
+                                                "max_cudagraph_capture_size", "enforce_eager",
+                                                "num_speculative_tokens_per_batch_size"}:
             raise ValueError("its setting has other fields than a size setting's")
         if any(not isinstance(s.get(k), int) or isinstance(s.get(k), bool) or s[k] < (0 if k == ints[1] else 1)
                for k in ints):
@@ -326,9 +370,24 @@ def witness_setting(data: dict, where: str) -> SizeSetting:
             raise ValueError("cudagraph_capture_sizes must be a list of positive integers")
         if not isinstance(s.get("enforce_eager", False), bool):
             raise ValueError("enforce_eager must be true or false")
+        schedule = s.get("num_speculative_tokens_per_batch_size")
+        if schedule is not None and not _valid_schedule(schedule, s["num_speculative_tokens"]):
+            raise ValueError("num_speculative_tokens_per_batch_size must be [first, last, tokens] ranges of positive "
+                             "batch sizes from 1, in order and apart, under speculative decoding")
         top = s.get("max_cudagraph_capture_size")
         if top is not None and (not isinstance(top, int) or isinstance(top, bool) or top < 1):
             raise ValueError("max_cudagraph_capture_size must be a positive integer")
         return SizeSetting.from_json(s)
     except ValueError as exc:
         raise WitnessError(f"{where} is not a size witness: {exc}") from None
+
+
+def _valid_schedule(schedule, num_speculative_tokens: int) -> bool:
+    """What ``validate_and_normalize_dynamic_sd_schedule`` accepts (``34:v1/spec_decode/dynamic/utils.py:7-74``)."""
+    if not (isinstance(schedule, list) and schedule and num_speculative_tokens > 0):
+        return False
+    if not all(isinstance(r, list) and len(r) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+               and 0 < r[0] <= r[1] and r[2] >= 0 for r in schedule):
+        return False
+    ranges = sorted(schedule)
+    return ranges[0][0] == 1 and all(b[0] > a[1] for a, b in zip(ranges, ranges[1:]))

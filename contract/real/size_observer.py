@@ -87,9 +87,11 @@ def _config(session, s: SizeSetting):
     finally:
         VllmConfig._set_cudagraph_sizes = derive
     if s.num_speculative_tokens:
+        schedule = s.num_speculative_tokens_per_batch_size
         vllm_config.speculative_config = SpeculativeStandIn(
             num_speculative_tokens=s.num_speculative_tokens, enforce_eager=False, method="eagle",
-            draft_model_config=model_config)
+            draft_model_config=model_config,
+            num_speculative_tokens_per_batch_size=[list(r) for r in schedule] if schedule is not None else None)
         cc = vllm_config.compilation_config
         cc.cudagraph_mode = entered.get("mode", cc.cudagraph_mode)
         cc.cudagraph_capture_sizes = list(s.cudagraph_capture_sizes) if s.cudagraph_capture_sizes is not None else None
@@ -144,7 +146,9 @@ def observe(session, settings: list[SizeSetting], prepare: Callable, serve: Call
         try:
             for b in batches(s):
                 got = serve(prepared, s, b)
-                if runs and runs[-1][0] == b.kind and runs[-1][3:] == got:
+                # a run holds batches of rising token counts (decode batches under dynamic
+                # speculative decoding can fall back to fewer tokens per request)
+                if runs and runs[-1][0] == b.kind and runs[-1][3:] == got and b.num_tokens > runs[-1][2]:
                     runs[-1][2] = b.num_tokens
                 else:
                     runs.append([b.kind, b.num_tokens, b.num_tokens, *got])

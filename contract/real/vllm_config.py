@@ -53,6 +53,8 @@ class SpeculativeStandIn:
     use_local_argmax_reduction: bool = False
     draft_decode_context_parallel_size: int | None = None
     parallel_drafting: bool = False  # SpeculativeConfig's default; 0.33's max_decode_query_len reads it
+    # dynamic speculative decoding's [(first batch size, last, tokens)], a list as vLLM validates it
+    num_speculative_tokens_per_batch_size: list | None = field(default=None, compare=False)
 
     def use_eagle(self) -> bool:
         return self.method == "eagle"
@@ -89,7 +91,7 @@ class SpeculativeStandIn:
         return self.num_speculative_tokens
 
     def uses_dynamic_speculative_decoding(self) -> bool:
-        return False  # num_speculative_tokens_per_batch_size unset
+        return self.num_speculative_tokens_per_batch_size is not None  # 34:config/speculative.py:1786-1787
 
     def compile_factors(self) -> dict:
         """The compile cache's hash factors (``VllmConfig.compile_factors``, 0.34): the cache is off."""

@@ -43,9 +43,9 @@ def _status(o: Outcome, bug: Bug) -> str:
             f"vLLM's observations differed on {' and '.join(differed)}, none of them a class the contract flags"
             if differed else "vLLM's observations were the release's on every replayed step"))
     if o.status == IN_RELEASE:
-        shown = ", ".join(f"`{c.split(': ', 1)[1]}`" for c in o.classes[:2])
-        return (f"in vLLM {bug.release} as released: nothing to re-inject; "
-                + (f"its confirmed findings show it ({shown})" if o.classes else "its confirmed findings show no class of it"))
+        return (f"in vLLM {bug.release} as released: nothing to re-inject; its confirmed findings show "
+                + (f"it ({len(o.classes)} class(es) a person judged to be its mechanism)" if o.classes
+                   else "no class of it"))
     return o.status + (f": {o.detail}" if o.detail and o.status == "error" else "")
 
 
@@ -74,8 +74,8 @@ def markdown(bugs: list[Bug], outcomes: dict[str, Outcome]) -> str:
              f"{sum(o.status == MISSED for o in replayed) - unchanged} made vLLM behave differently without a class the "
              "contract flags (both exit 0: nothing new). A bug is found when the check reports a class the release "
              "does not show, new or lost graphs; a person then judged which class is the bug's mechanism. "
-             f"{len(in_release)} more bugs are in vLLM 0.34.0 as released (nothing to re-inject; the tool's confirmed "
-             f"findings on 0.34.0 show {sum(bool(o.classes) for o in in_release)} of them), "
+             f"{len(in_release)} more bugs are in a release as shipped (nothing to re-inject; the tool's confirmed "
+             f"findings on that release show {sum(bool(o.classes) for o in in_release)} of them), "
              f"{sum(o.status == NOT_REINJECTABLE for o in outcomes.values())} have no small edit in the releases "
              "replayed (out of scope, each with the reason).", ""]
     misses = [o for o in outcomes.values() if o.status in (MISSED, UNEXERCISED, "error")

@@ -111,10 +111,11 @@ def _sizes_markdown(sizes: dict) -> list[str]:
     agree = sizes["derived"] - len(sizes["disagreements"])
     lines = ["## Capture sizes", "",
              f"Every setting of the boundary grid (`contract/core/sizes.py`: `max_num_seqs`, `max_num_batched_tokens`, "
-             f"the speculative token count, `cudagraph_mode`, explicit sizes and maximum) through vLLM's own size "
-             f"derivation and `{sizes['dispatch']}`, each batch up to one past the requested capture ceiling "
-             f"judged by P8 (graph coverage) against the graphs the model's derivation gives; a downgrade vLLM "
-             f"logs is derived alike, so it is listed, not flagged.", "",
+             f"the speculative token count and its dynamic schedule, `cudagraph_mode`, explicit sizes and maximum, "
+             f"`--enforce-eager`) through vLLM's own size derivation and `{sizes['dispatch']}`, each uniform decode, "
+             f"partial and mixed batch up to one past the requested capture ceiling judged by P8 (graph coverage) "
+             f"against the graphs the model's derivation gives; a downgrade vLLM logs is derived alike, so it is "
+             f"listed, not flagged.", "",
              f"- derived lists: **{agree} of {sizes['derived']}** settings vLLM accepts equal the model's "
              f"({sizes['settings'] - sizes['derived']} of {sizes['settings']} rejected by vLLM's validation)",
              f"- batches dispatched: {sizes['batches']:,}; P8 classes: {len(sizes['classes'])}"]

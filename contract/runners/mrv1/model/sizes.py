@@ -57,8 +57,8 @@ def graphs(s: SizeSetting, derived: Derived) -> Graphs:
 
 def best(s: SizeSetting, g: Graphs, b: Batch) -> CUDAGraphMode:
     """The strongest mode a keyed graph could serve ``b`` with."""
-    if b.kind == "decode" and any(t >= b.num_tokens and min(t // s.q, s.max_num_seqs) >= b.num_reqs
-                                  for t in g.decode):
+    if b.kind == "decode" and b.uniform_token_count == s.q and any(
+            t >= b.num_tokens and min(t // s.q, s.max_num_seqs) >= b.num_reqs for t in g.decode):
         return FULL
     for t in g.tokens:
         if t >= b.num_tokens and (g.mixed_mode != FULL or min(t, s.max_num_seqs) >= b.num_reqs):
