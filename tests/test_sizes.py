@@ -204,22 +204,34 @@ MODES = ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL", "PIECEWISE")
 
 
 @st.composite
+def schedules(draw, k: int, mns: int):
+    """A dynamic speculative decoding schedule vLLM accepts: ranges from batch size 1, in order."""
+    cuts = sorted(draw(st.sets(st.integers(2, max(2, mns)), max_size=3)))
+    starts = [1, *cuts]
+    ends = [c - 1 for c in cuts] + [draw(st.integers(starts[-1], mns + 8))]
+    return tuple((a, b, draw(st.integers(0, k))) for a, b in zip(starts, ends))
+
+
+@st.composite
 def size_settings(draw) -> SizeSetting:
-    mns = draw(st.integers(1, 300))
+    mns, k = draw(st.integers(1, 300)), draw(st.integers(0, 7))
     return SizeSetting(
-        mns, draw(st.integers(0, 7)), draw(st.one_of(st.just(sizes.DEFAULT_MAX_NUM_BATCHED_TOKENS),
-                                                     st.integers(mns, 1024))),
+        mns, k, draw(st.one_of(st.just(sizes.DEFAULT_MAX_NUM_BATCHED_TOKENS), st.integers(mns, 1024))),
         draw(st.sampled_from(MODES)),
         draw(st.one_of(st.none(), st.lists(st.integers(1, 600), min_size=1, max_size=8).map(tuple))),
-        draw(st.one_of(st.none(), st.integers(1, 600))))
+        draw(st.one_of(st.none(), st.integers(1, 600))),
+        num_speculative_tokens_per_batch_size=draw(st.one_of(st.none(), schedules(k, mns))) if k else None,
+        decode_cudagraph_capture_request_sizes=draw(
+            st.one_of(st.none(), st.lists(st.integers(1, 400), min_size=1, max_size=5).map(tuple))))
 
 
 @pytest.mark.conformance
 @settings(max_examples=1, deadline=None, derandomize=True, phases=(Phase.generate,))  # one child run
 @given(st.lists(size_settings(), min_size=60, max_size=60, unique=True))
 def test_the_model_derives_what_vllm_0_34_derives_for_drawn_settings(drawn):
-    """Beyond the grid: 60 drawn settings (explicit lists and maxima anywhere, any query length)
-    through vLLM's own derivation, in one child; the model derives the same lists, or both reject."""
+    """Beyond the grid: 60 drawn settings (explicit lists and maxima anywhere, any query length,
+    dynamic schedules, decode request sizes) through vLLM's own derivation, in one child; the model
+    derives the same lists, or both reject."""
     from vllm_envs import installed
 
     from contract.real.installed import environment

@@ -59,6 +59,7 @@ def bugs(
     # reported elsewhere leaves them as they are.
     records_corpus = reports.resolve() == corpus.resolve().parent / "reports"
     recorded = _recorded(reports / "bugs.json")
+    conformance = corpus.resolve().parent / "reports" / "conformance"  # the releases' confirmed findings
     if not check:
         try:
             check_folder(reports, "--reports")
@@ -70,7 +71,7 @@ def bugs(
     with child.call_folder("cudagraph-contract-bugs-") as work, progress(len(chosen), "bugs", as_json, "bugs") as advance:
         for bug in chosen:
             try:
-                outcomes[bug.id] = bugs_mod.check(bug, Path(work), timeout, corpus.resolve().parent / "reports" / "conformance")
+                outcomes[bug.id] = bugs_mod.check(bug, Path(work), timeout, conformance)
             except bugs_mod.BugError as exc:
                 fail(str(exc))
             if not as_json:

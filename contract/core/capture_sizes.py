@@ -2,8 +2,10 @@
 the capture size lists vLLM derives from a ``SizeSetting`` (``contract/core/sizes.py``).
 
 The path modelled is the one a user without a Blackwell GPU takes: the ``balanced`` performance
-mode, no dynamic speculative decoding, no adaptive verification, and none of 0.34's split settings
-(``prefill_cudagraph_capture_token_sizes`` and the like) given. Line numbers: ``33:config/vllm.py``
+mode, no adaptive verification, and of 0.34's split settings only
+``decode_cudagraph_capture_request_sizes`` given (not ``prefill_cudagraph_capture_token_sizes`` nor
+the maxima); dynamic speculative decoding's schedule is read per batch size
+(``SizeSetting.query_lens``). Line numbers: ``33:config/vllm.py``
 and ``34:config/vllm.py`` of the releases, ``34:config/compilation.py`` for the grids.
 """
 
@@ -125,8 +127,8 @@ def _shared(s: SizeSetting) -> Derived:
 
 
 def _split(s: SizeSetting, shared: Derived) -> Derived:
-    """``_split_cudagraph_capture_sizes`` without split settings and off Blackwell
-    (``34:config/vllm.py:2558-2737``): prefill tokens are the shared sizes, decode requests what
+    """``_split_cudagraph_capture_sizes`` off Blackwell (``34:config/vllm.py:2558-2737``): prefill
+    tokens are the shared sizes, decode requests the given ones within ``max_num_seqs``, else what
     each shared size rounds up to within the shared maximum; the recorded sizes are every graph's
     token count (decode shapes, the drafter's one-token decode shapes, prefill sizes)."""
     q, mns, tokens = s.q, s.max_num_seqs, s.max_num_batched_tokens
@@ -134,15 +136,24 @@ def _split(s: SizeSetting, shared: Derived) -> Derived:
     shared_sizes, shared_max = shared.cudagraph_capture_sizes, shared.max_cudagraph_capture_size
     prefill = tuple(shared_sizes)
     query_lens = s.query_lens()
-    decode = tuple(sorted({min(cdiv(x, ql), mns) for x in shared_sizes for ql in query_lens
-                           if cdiv(x, ql) * ql <= shared_max}))
+    if s.decode_cudagraph_capture_request_sizes is not None:  # given: kept within [1, max_num_seqs] (34:…:2613-2654)
+        decode = tuple(sorted({n for n in s.decode_cudagraph_capture_request_sizes if 1 <= n <= mns}))
+    else:
+        decode = tuple(sorted({min(cdiv(x, ql), mns) for x in shared_sizes for ql in query_lens
+                               if cdiv(x, ql) * ql <= shared_max}))
     decode_tokens = {n * qq for n, qq in decode_cudagraph_capture_shapes(decode, query_lens, tokens)}
     if s.num_speculative_tokens >= DRAFT_DECODE_MIN_TOKENS and decode:
         decode_tokens |= {n for n, _ in decode_cudagraph_capture_shapes(decode_cudagraph_capture_grid(mns),
                                                                       {1: mns}, tokens)}
     token_sizes = decode_tokens | set(prefill)
-    if not legacy and CUDAGraphMode[s.cudagraph_mode].mixed_mode() == NONE:
+    split = s.decode_cudagraph_capture_request_sizes is not None
+    if not (legacy and not split) and CUDAGraphMode[s.cudagraph_mode].mixed_mode() == NONE:
         token_sizes = set(decode_tokens)  # 34:…:2713-2716
+    if legacy and split:  # the deprecated sizes stand only where they are what the split records (34:…:2717-2730)
+        if list(shared_sizes) not in (sorted(decode_tokens | set(prefill)), sorted(decode_tokens)):
+            return Derived(rejected="ValueError: The deprecated cudagraph_capture_sizes and max_cudagraph_capture_size "
+                                    "cannot be combined with the prefill and decode CUDA graph capture sizes")
+        token_sizes = set(shared_sizes)
     mode = s.cudagraph_mode if token_sizes else NONE.name  # 34:…:2733-2737
     return Derived(mode, tuple(sorted(token_sizes)), max(token_sizes, default=0), prefill, decode, shared.logged)
 
@@ -151,6 +162,8 @@ def derive(s: SizeSetting, release: str) -> Derived:
     """The lists ``release`` ("0.33", "0.34") derives from ``s``."""
     if CUDAGraphMode[s.cudagraph_mode] == NONE or s.enforce_eager:  # 34:config/vllm.py:1915-1919, :2371-2375
         return Derived()
+    if release == "0.33" and s.decode_cudagraph_capture_request_sizes is not None:
+        return Derived(rejected="ValueError: CompilationConfig has no field decode_cudagraph_capture_request_sizes")
     shared = _shared(s)
     if shared.rejected is not None or release == "0.33":
         return shared

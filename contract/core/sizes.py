@@ -60,6 +60,8 @@ class SizeSetting:
     # Dynamic speculative decoding: (first batch size, last, speculative tokens) ranges
     # (``34:config/speculative.py:570``), the token count of a batch read off them.
     num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = None
+    # 0.34's decode request counts (``34:config/compilation.py:775-790``); 0.33 has no such field
+    decode_cudagraph_capture_request_sizes: tuple[int, ...] | None = None
 
     @property
     def mode(self) -> CUDAGraphMode:
@@ -104,12 +106,15 @@ class SizeSetting:
             schedule = self.num_speculative_tokens_per_batch_size
             dynamic = (f", \"num_speculative_tokens_per_batch_size\": {[list(r) for r in schedule]}"
                        if schedule is not None else "")
-            out.append(f"--speculative-config '{{\"num_speculative_tokens\": {self.num_speculative_tokens}{dynamic}, ...}}'")
+            k = self.num_speculative_tokens
+            out.append(f"--speculative-config '{{\"num_speculative_tokens\": {k}{dynamic}, ...}}'")
         cc = [f'"cudagraph_mode": "{self.cudagraph_mode}"']
         if self.cudagraph_capture_sizes is not None:
             cc.append(f'"cudagraph_capture_sizes": {list(self.cudagraph_capture_sizes)}')
         if self.max_cudagraph_capture_size is not None:
             cc.append(f'"max_cudagraph_capture_size": {self.max_cudagraph_capture_size}')
+        if self.decode_cudagraph_capture_request_sizes is not None:
+            cc.append(f'"decode_cudagraph_capture_request_sizes": {list(self.decode_cudagraph_capture_request_sizes)}')
         out.append(f"--compilation-config '{{{', '.join(cc)}}}'")
         return " ".join(out)
 
@@ -124,15 +129,19 @@ class SizeSetting:
             out["enforce_eager"] = True
         if self.num_speculative_tokens_per_batch_size is not None:
             out["num_speculative_tokens_per_batch_size"] = [list(r) for r in self.num_speculative_tokens_per_batch_size]
+        if self.decode_cudagraph_capture_request_sizes is not None:
+            out["decode_cudagraph_capture_request_sizes"] = list(self.decode_cudagraph_capture_request_sizes)
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> SizeSetting:
         sizes, schedule = data.get("cudagraph_capture_sizes"), data.get("num_speculative_tokens_per_batch_size")
+        decode = data.get("decode_cudagraph_capture_request_sizes")
         return cls(int(data["max_num_seqs"]), int(data["num_speculative_tokens"]), int(data["max_num_batched_tokens"]),
                    str(data["cudagraph_mode"]), tuple(int(s) for s in sizes) if sizes is not None else None,
                    data.get("max_cudagraph_capture_size"), bool(data.get("enforce_eager", False)),
-                   tuple(tuple(int(x) for x in r) for r in schedule) if schedule is not None else None)
+                   tuple(tuple(int(x) for x in r) for r in schedule) if schedule is not None else None,
+                   tuple(int(x) for x in decode) if decode is not None else None)
 
 
 def dense_schedule(schedule: tuple[tuple[int, int, int], ...], max_batch_size: int, max_tokens: int) -> list[int]:
@@ -164,9 +173,14 @@ def grid() -> list[SizeSetting]:
                 SizeSetting(100, 2, cudagraph_mode=mode.name, enforce_eager=True)]
         # dynamic speculative decoding: narrower drafts for wider batches, a gap carried forward, and
         # a tier without drafts (query length 1)
-        out += [SizeSetting(16, 3, cudagraph_mode=mode.name, num_speculative_tokens_per_batch_size=((1, 4, 3), (5, 16, 1))),
+        out += [SizeSetting(16, 3, cudagraph_mode=mode.name,
+                            num_speculative_tokens_per_batch_size=((1, 4, 3), (5, 16, 1))),
                 SizeSetting(100, 2, cudagraph_mode=mode.name,
                             num_speculative_tokens_per_batch_size=((1, 8, 2), (20, 64, 1), (65, 100, 0)))]
+        # 0.34's decode request counts: one past max_num_seqs (dropped), and one size alone
+        out += [SizeSetting(100, 2, cudagraph_mode=mode.name,
+                            decode_cudagraph_capture_request_sizes=(1, 4, 50, 100, 150)),
+                SizeSetting(8, 0, cudagraph_mode=mode.name, decode_cudagraph_capture_request_sizes=(3,))]
     return out
 
 
@@ -357,17 +371,19 @@ def witness_setting(data: dict, where: str) -> SizeSetting:
     try:
         if not isinstance(s, dict) or set(s) - {*ints, "cudagraph_mode", "cudagraph_capture_sizes",
                                                 "max_cudagraph_capture_size", "enforce_eager",
-                                                "num_speculative_tokens_per_batch_size"}:
+                                                "num_speculative_tokens_per_batch_size",
+                                                "decode_cudagraph_capture_request_sizes"}:
             raise ValueError("its setting has other fields than a size setting's")
         if any(not isinstance(s.get(k), int) or isinstance(s.get(k), bool) or s[k] < (0 if k == ints[1] else 1)
                for k in ints):
             raise ValueError(f"its setting needs {', '.join(ints)} as positive integers")
         if s.get("cudagraph_mode") not in CUDAGraphMode.__members__:
             raise ValueError(f"cudagraph_mode {s.get('cudagraph_mode')!r} is not one of vLLM's modes")
-        sizes = s.get("cudagraph_capture_sizes")
-        if sizes is not None and (not isinstance(sizes, list) or not sizes
-                                  or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes)):
-            raise ValueError("cudagraph_capture_sizes must be a list of positive integers")
+        for name in ("cudagraph_capture_sizes", "decode_cudagraph_capture_request_sizes"):
+            sizes = s.get(name)
+            if sizes is not None and (not isinstance(sizes, list) or not sizes or not all(
+                    isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes)):
+                raise ValueError(f"{name} must be a list of positive integers")
         if not isinstance(s.get("enforce_eager", False), bool):
             raise ValueError("enforce_eager must be true or false")
         schedule = s.get("num_speculative_tokens_per_batch_size")

@@ -21,8 +21,8 @@ from contract.core.sizes import SizeSetting, batches
 from contract.real.errors import first_line, raised_at
 from contract.real.vllm_config import MAX_MODEL_LEN, SpeculativeStandIn
 
-# 0.34's split of the shared sizes (34:config/vllm.py:2558-2600): reset with the shared ones so the
-# derivation runs from the user's settings again.
+# 0.34's split of the shared sizes (34:config/vllm.py:2558-2600): reset with the shared ones to the
+# user's settings (None where not given) so the derivation runs from them again.
 _SPLIT = ("prefill_cudagraph_capture_token_sizes", "max_prefill_cudagraph_capture_tokens",
           "decode_cudagraph_capture_request_sizes", "max_decode_cudagraph_capture_requests")
 _DERIVED = ("cudagraph_capture_sizes", "max_cudagraph_capture_size", "prefill_cudagraph_capture_token_sizes",
@@ -67,6 +67,8 @@ def _config(session, s: SizeSetting):
         kwargs["cudagraph_capture_sizes"] = list(s.cudagraph_capture_sizes)
     if s.max_cudagraph_capture_size is not None:
         kwargs["max_cudagraph_capture_size"] = s.max_cudagraph_capture_size
+    if s.decode_cudagraph_capture_request_sizes is not None:
+        kwargs["decode_cudagraph_capture_request_sizes"] = list(s.decode_cudagraph_capture_request_sizes)
     model_config = copy.deepcopy(session.configs.model_config())
     model_config.enforce_eager = s.enforce_eager
     derive = VllmConfig._set_cudagraph_sizes
@@ -98,7 +100,7 @@ def _config(session, s: SizeSetting):
         cc.max_cudagraph_capture_size = s.max_cudagraph_capture_size
         for name in _SPLIT:
             if hasattr(cc, name):
-                setattr(cc, name, None)
+                setattr(cc, name, kwargs.get(name))
         vllm_config._set_cudagraph_sizes()
     return vllm_config
 

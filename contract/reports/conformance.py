@@ -112,7 +112,7 @@ def _sizes_markdown(sizes: dict) -> list[str]:
     lines = ["## Capture sizes", "",
              f"Every setting of the boundary grid (`contract/core/sizes.py`: `max_num_seqs`, `max_num_batched_tokens`, "
              f"the speculative token count and its dynamic schedule, `cudagraph_mode`, explicit sizes and maximum, "
-             f"`--enforce-eager`) through vLLM's own size derivation and `{sizes['dispatch']}`, each uniform decode, "
+             f"0.34's decode request sizes, `--enforce-eager`) through vLLM's own size derivation and `{sizes['dispatch']}`, each uniform decode, "
              f"partial and mixed batch up to one past the requested capture ceiling judged by P8 (graph coverage) "
              f"against the graphs the model's derivation gives; a downgrade vLLM logs is derived alike, so it is "
              f"listed, not flagged.", "",

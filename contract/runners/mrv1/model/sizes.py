@@ -26,8 +26,8 @@ def sizes(s: SizeSetting, release: str) -> Derived:
     """The lists the dispatcher keys from: the derivation, then the runner's spec-decode rounding."""
     d = derive(s, release)
     mode = CUDAGraphMode[d.cudagraph_mode]
-    if d.rejected is not None or mode.decode_mode() != FULL or s.q <= 1:
-        return d
+    if d.rejected is not None or mode.decode_mode() != FULL or s.q <= 1 or not d.cudagraph_capture_sizes:
+        return d  # 33:config/compilation.py:1538-1540: nothing to round
     try:
         rounded = adjust_cudagraph_sizes_for_spec_decode(d.cudagraph_capture_sizes, s.q)
     except ResolveRejected as exc:
