@@ -285,6 +285,12 @@ def disjoint(statement: dict) -> bool:
     return not (mine & theirs)
 
 
+def unread_settings(entry: Entry) -> tuple[str, ...]:
+    """The scenario settings the neighbour flips, where the witness and its neighbour ran the same
+    statements of vLLM's code (no deciding statement): settings nothing on that path reads."""
+    return tuple(entry.neighbour.get("differing", ())) if not entry.deciding else ()
+
+
 def top_statement(entry: Entry) -> dict | None:
     """The statement an unmatched unit is named by: the first ranked deciding statement that went
     the other way (``disjoint``; the crash chain's raise for a crash), else the first ranked."""
@@ -301,6 +307,8 @@ class RootCause:
     anchor: dict | None  # the statement that identifies it, as the tracer found it on a home release
     units: list[Unit] = field(default_factory=list)
     found_on: dict = field(default_factory=dict)  # (unit key, release, runner) -> rank of the anchor, or None
+    # the settings the neighbour flips where no statement of vLLM's code decided differently
+    unread: tuple[str, ...] = ()
 
     @property
     def entries(self) -> list[Entry]:
@@ -335,11 +343,18 @@ def group(entries: list[Entry], known: list[Known]) -> list[RootCause]:
         else:
             top = top_statement(home)
             kind = kind_of(home.signature)
-            name = (f"{top['function']}: {normalise(top['text'], top.get('kind', ''))}" if top
-                    else "no deciding statement found")
-            cid = slug(f"{kind['property']}-{kind.get('what', 'vllm-stops')}-{kind.get('detail', '')}-at-{name}")
+            unread = unread_settings(home)
+            if top is not None:
+                name = f"{top['function']}: {normalise(top['text'], top.get('kind', ''))}"
+                cid, title = f"at-{name}", f"{kind_text(kind)}; first deciding statement: {name}"
+            elif unread:  # the witness and its neighbour ran alike: a check is missing, not a branch wrong
+                cid, title = f"{'-'.join(unread)}-not-read", f"{kind_text(kind)}; nothing reads {', '.join(unread)}"
+            else:
+                cid, title = "at-no-deciding-statement-found", f"{kind_text(kind)}; no deciding statement found"
+            cid = slug(f"{kind['property']}-{cid}" if unread else
+                       f"{kind['property']}-{kind.get('what', 'vllm-stops')}-{kind.get('detail', '')}-{cid}")
             if cid not in causes:
-                causes[cid] = RootCause(cid, f"{kind_text(kind)}; first deciding statement: {name}", kind, None, top)
+                causes[cid] = RootCause(cid, title, kind, None, top, unread=unread)
             cause = causes[cid]
         cause.units.append(unit)
         for e in unit.entries:

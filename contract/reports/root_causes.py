@@ -95,11 +95,18 @@ def affected_text(view: View) -> str:
     return "; ".join(f"{runner} {_ranges(rs)}" for runner, rs in sorted(per.items()) if rs) or "none confirmed"
 
 
+NO_STATEMENT = "No statement of vLLM's code went another way"
+
+
 def mechanism(view: View) -> str:
     known = view.cause.known
     if known is not None:
         return known.mechanism
     a = view.cause.anchor
+    if a is None and view.cause.unread:
+        return (f"the witness and its nearest non-violating neighbour ({', '.join(view.cause.unread)} flipped) run the "
+                "same statements of vLLM's code: nothing reads the setting on this path, so no branch decides it; "
+                "the fix is a check that is missing")
     if a is None:
         return "no deciding statement was found"
     return f"`{a['function']}`: `{_one_line(a['text'])}` decides ({rc.kind_text(view.cause.kind)})"
@@ -229,6 +236,10 @@ def deciding_section(view: View) -> list[str]:
                   f"Witness `{entry.name}`; neighbour: {entry.neighbour.get('describe', '')}. "
                   + (f"The anchor is among the deciding statements of {found} of the {len(pairs)} witnesses "
                      "confirmed on this release." if cause.anchor is not None else ""), ""]
+        if not entry.deciding:
+            lines += [f"{NO_STATEMENT}: the witness and its neighbour ran the same statements "
+                      f"({', '.join(entry.neighbour.get('differing', ())) or 'the flipped setting'} is read nowhere on "
+                      "this path).", ""]
         for s in chosen_statements(entry, rank):
             lines += quoted(release, s, entry.events, anchor=rank is not None and s is entry.deciding[rank])
     return lines
