@@ -313,7 +313,7 @@ def _say(result: dict, as_json: bool) -> None:
         sizes = summary.get("capture_sizes")
         if sizes is not None:
             say(f"capture sizes: {sizes['derived'] - len(sizes['disagreements'])} of {sizes['settings']} settings "
-                f"derive the model's lists ({sizes['settings'] - sizes['derived']} rejected by vLLM), "
+                f"derive the model's lists ({sizes['rejected']} rejected by vLLM and the model alike), "
                 f"{sizes['batches']:,} batches dispatched, {len(sizes['classes'])} P8 class(es)")
             for d in sizes["disagreements"]:
                 say(f"disagreement: capture sizes of {d}")

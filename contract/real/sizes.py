@@ -71,13 +71,15 @@ def disagreements(model: SizeModel, side: Side, settings: list[SizeSetting], rel
 
 
 def conformance(model: SizeModel, release: str, settings: list[SizeSetting], records: list[dict]) -> dict:
-    """A release's size check for its conformance report: how many settings' derived lists agree
-    with the model's, the P8 classes (each with its first setting), the downgrades vLLM logged."""
+    """A release's size check for its conformance report: how many settings' derived lists (or
+    rejections) agree with the model's, how many vLLM rejects, the batches of the others, the P8
+    classes (each with its first setting), the downgrades vLLM logged."""
     side = judged(model, release, settings, {"records": records, "reached": [], "tree_modules": []},
                   f"vLLM {release}")
-    return {"settings": len(settings), "derived": len(side.derived), "dispatch": model.dispatch,
-            "disagreements": disagreements(model, side, settings, release),
-            "batches": sum(1 for s in settings for _ in batches(s)),
+    rejected = {s for s, d in side.derived.items() if isinstance(d, str)}
+    return {"settings": len(settings), "derived": len(side.derived), "rejected": len(rejected),
+            "dispatch": model.dispatch, "disagreements": disagreements(model, side, settings, release),
+            "batches": sum(1 for s in settings if s not in rejected for _ in batches(s)),
             "classes": [{**gap.to_json(), "settings": len(where), "first": min(where, key=settings.index).flags()}
                         for gap, where in sorted(side.found.items())],
             "documented": [f"{s.flags()}: {line}" for s, lines in side.documented.items() for line in lines]}

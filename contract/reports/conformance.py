@@ -116,8 +116,8 @@ def _sizes_markdown(sizes: dict) -> list[str]:
              f"partial and mixed batch up to one past the requested capture ceiling judged by P8 (graph coverage) "
              f"against the graphs the model's derivation gives; a downgrade vLLM logs is derived alike, so it is "
              f"listed, not flagged.", "",
-             f"- derived lists: **{agree} of {sizes['derived']}** settings vLLM accepts equal the model's "
-             f"({sizes['settings'] - sizes['derived']} of {sizes['settings']} rejected by vLLM's validation)",
+             f"- derived lists: **{agree} of {sizes['settings']}** settings equal the model's "
+             f"({sizes['rejected']} of them rejected by vLLM's validation, and by the model alike)",
              f"- batches dispatched: {sizes['batches']:,}; P8 classes: {len(sizes['classes'])}"]
     lines += [f"- disagreement: capture sizes of {d}" for d in sizes["disagreements"]]
     lines += [f"- P8 class: {c['title']} ({c['settings']} settings; first: {c['first']})" for c in sizes["classes"]]

@@ -370,7 +370,8 @@ def triage(views: list[View]) -> list[str]:
         "finds among the deciding statements (those whose outcome differs between the witness and its nearest "
         "non-violating neighbour) of every class grouped under it, on the release the class is from. The root "
         "causes under `fixes/` name their anchors in `fix.json`; a class that matches none is a root cause of its "
-        "own, named by its first deciding statement (`contract/evidence/root_causes.py`). Severity follows the "
+        "own, named by its first deciding statement, or, where the witness and its neighbour ran the same "
+        "statements, by the setting nothing on that path reads (`contract/evidence/root_causes.py`). Severity follows the "
         "violation kind (`contract/core/classes.py`, `contract/evidence/severity.py`). Each page has the affected matrix (0.28.0–0.34.0 × "
         "runner × role, each cell with how it was obtained), since when, the reproduction, the deciding lines "
         "per release, the classes, the replay's evidence and the fix.", ""]
