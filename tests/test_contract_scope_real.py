@@ -163,6 +163,21 @@ def test_an_edited_0_34_manager_capturing_varlen_graphs_is_a_new_p7_class(tmp_pa
     assert (tmp_path / "report" / "README.md").read_text().count("**new** (wrong result): P7") >= 1
 
 
+def test_an_edited_0_34_profiling_that_leaves_the_wrappers_pools_alone_is_a_new_p10_class(tmp_path):
+    """``profile_cudagraph_memory`` without its wrapper pool swap: the compiled pieces, bound to the
+    global pool when compiled, capture memory profiling's graphs into it (P10, a pool its phase does
+    not intend); the unedited release captures them into the throwaway pool."""
+    tree = _edited(tmp_path, "0.34.0", "v1/worker/gpu/cudagraph_utils.py",
+                   "                wrapper.graph_pool = throwaway_pool\n", "                pass\n")
+    scenario = Scenario(runner=Runner.MRV2, extensible_kv_cache=False)
+    traces = _trace_folder(tmp_path / "traces", "0.34.0", {"compiled-profiling": scenario})
+    rc, data = _branch(tree, "0.34.0", traces, tmp_path / "report")
+    assert rc == 1, data
+    p10 = [c for c in data["new"] if c["property"] == "P10"]
+    assert p10 and p10[0]["role"] == "target" and p10[0]["runtime_mode"] == "PIECEWISE", data["new"]
+    assert "pool its phase does not intend" in p10[0]["what"] and p10[0]["severity"] == "memory", p10
+
+
 UPGRADE = '''            if self.splitting_ops_contain_attention():
                 msg += "; setting cudagraph_mode=FULL_AND_PIECEWISE"'''
 

@@ -12,9 +12,18 @@ from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileC
 from contract.core.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, PIECEWISE, AttentionCGSupport
 from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model.cudagraph_utils import BED
-from contract.core.observation import Action, Dispatch, LayerAction, LayerKind
+from contract.core.observation import (
+    GLOBAL_POOL,
+    PRIVATE_POOL,
+    THROWAWAY_POOL,
+    Action,
+    Dispatch,
+    LayerAction,
+    LayerKind,
+    StepRecord,
+)
 from contract.families import load_policy
-from contract.core.properties import capture_legality
+from contract.core.properties import accounting, capture_legality, intent
 from contract.core.scenario import DrafterKind, Runner, Scenario, Speculator
 from contract.core.trace import load, replay
 
@@ -85,10 +94,41 @@ def test_memory_profiling_captures_then_clears_and_drops_the_managers(policy, fi
     assert [(d.runtime_mode, d.layers[0].action) for d in profiling.dispatches] == [
         (PIECEWISE, Action.CAPTURED), (PIECEWISE, Action.CAPTURED), (FULL, Action.CAPTURED), (FULL, Action.CAPTURED)]
     assert "profiling graphs cleared; managers dropped" in profiling.changes
-    # the real capture captures every descriptor again, into fresh managers and runners
+    assert {d.layers[0].pool for d in profiling.dispatches} == {THROWAWAY_POOL}
+    # the real capture captures every descriptor again, into fresh managers and runners, in the global pool
     capture = records[4]
     assert all(d.layers[0].action is Action.CAPTURED and not d.previously_captured for d in capture.dispatches)
+    assert {d.layers[0].pool for d in capture.dispatches} == {GLOBAL_POOL}
     assert len(capture.dispatches) == 4
+
+
+def _captured(context: str, pool: str, mode=PIECEWISE) -> Dispatch:
+    return Dispatch("target", context, mode, BED(mode, 4),
+                    (LayerAction("target:compiled", LayerKind.compiled, PIECEWISE, Action.CAPTURED, pool=pool),),
+                    capture_phase=True, capturing_enabled=None, ran_eager=False)
+
+
+@pytest.mark.parametrize("context, pool, wrong", [
+    ("profile_cudagraph_memory", THROWAWAY_POOL, False), ("profile_cudagraph_memory", GLOBAL_POOL, True),
+    ("capture_model", GLOBAL_POOL, False), ("capture_model", THROWAWAY_POOL, True), ("capture_model", PRIVATE_POOL, True)])
+def test_p10_a_capture_goes_into_the_pool_its_phase_intends(context, pool, wrong):
+    record = StepRecord(0, ProfileCudagraphMemory() if context.startswith("profile") else CaptureModel(),
+                        (_captured(context, pool),))
+    found = [v for v in accounting(Scenario(runner=Runner.MRV2), Runner.MRV2, record)]
+    assert bool(found) == wrong and all(" pool: " in v.message for v in found), found
+
+
+@pytest.mark.parametrize("fields, context, mode, reason", [
+    (dict(cudagraph_mode=NONE), "execute_model", PIECEWISE, "under cudagraph_mode NONE"),
+    (dict(cudagraph_mode=PIECEWISE), "execute_model", FULL, "does not name"),
+    (dict(cudagraph_mode=FULL_DECODE_ONLY), "execute_model", PIECEWISE, None),  # resolve's logged downgrade
+    (dict(cudagraph_mode=FULL), "execute_model", PIECEWISE, None),  # resolve's logged upgrade
+    (dict(), "profile_run", PIECEWISE, "in profile_run"),
+    (dict(), "execute_model", PIECEWISE, None)])
+def test_p8_intent_no_graph_where_vllm_means_none(fields, context, mode, reason):
+    d = replace(_captured(context, GLOBAL_POOL, mode), capture_phase=False)
+    message = intent(Scenario(runner=Runner.MRV2, **fields), Runner.MRV2, d)
+    assert (message is None) if reason is None else (reason in message), message
 
 
 def test_0_34_memory_profiling_returns_first_under_the_extensible_kv_cache():

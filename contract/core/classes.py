@@ -46,8 +46,12 @@ STOPS_AT_START_UP = "vLLM stops at start-up"
 STOPS_WHEN_SERVING = "vLLM stops when serving"
 ILLEGAL_SHAPE = "FULL graph of a shape the attention backend cannot replay"
 UNWANTED_GRAPH = "graph under speculative_config.enforce_eager"
+GRAPH_UNDER_NONE = "graph under cudagraph_mode NONE"
+GRAPH_IN_PROFILE_RUN = "graph in profile_run's eager pass"
+MODE_NOT_CONFIGURED = "graph of a mode cudagraph_mode does not name"
 UNACCOUNTED = "graphs memory profiling did not estimate"
 OVER_ACCOUNTED = "graphs memory profiling estimated that capture_model does not capture"
+WRONG_POOL = "capture into a pool its phase does not intend"
 HALT = "halt"
 REJECTED = "rejected"  # an accepted rejection: not a class, listed apart
 ACCEPTED = "accepted rejection"
@@ -137,7 +141,9 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         role = "drafter" if "of the drafter" in v.message else "target"
         return role, "-", UNWRAP_STOPS
     if v.property == "P10":
-        return (d.role, d.runtime_mode.name, UNACCOUNTED) if d is not None else ("-", "-", OVER_ACCOUNTED)
+        if d is None:
+            return "-", "-", OVER_ACCOUNTED
+        return d.role, d.runtime_mode.name, WRONG_POOL if " pool: " in v.message else UNACCOUNTED
     if d is None:
         return "-", "-", v.property
     if v.property == "P1":
@@ -155,7 +161,10 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
     if v.property == "P7":
         return d.role, d.runtime_mode.name, ILLEGAL_SHAPE
     if v.property == "P8":
-        return d.role, d.runtime_mode.name, UNWANTED_GRAPH
+        what = (GRAPH_UNDER_NONE if "under cudagraph_mode NONE" in v.message
+                else MODE_NOT_CONFIGURED if "does not name" in v.message
+                else GRAPH_IN_PROFILE_RUN if " in profile_run" in v.message else UNWANTED_GRAPH)
+        return d.role, d.runtime_mode.name, what
     return d.role, d.runtime_mode.name, v.property
 
 

@@ -19,6 +19,12 @@ class Action(enum.Enum):
 
 ACTING = (Action.CAPTURED, Action.REPLAYED, Action.RAISED)
 
+# The graph memory pool a capture went into: the platform's persistent global pool (the graphs
+# served), another pool (memory profiling's throwaway pool), or none given (torch's own pool).
+GLOBAL_POOL, THROWAWAY_POOL, PRIVATE_POOL = "global", "throwaway", "private"
+PROFILING_CONTEXT = "profile_cudagraph_memory"  # the dispatch context of memory profiling's captures
+PROFILE_RUN_CONTEXT = "profile_run"  # the eager dummy pass that sizes activations
+
 
 class LayerKind(enum.Enum):
     CUDAGraphWrapper = "CUDAGraphWrapper"
@@ -39,11 +45,14 @@ class LayerAction:
     entry_key: BatchDescriptor | None = None  # replay: the descriptor it was captured for (``Dispatch.key``)
     error: str | None = None
     entry_context: str | None = None  # replay: the dispatch context the entry was captured in
+    pool: str = GLOBAL_POOL  # captured: the pool the graph went into
 
     def to_json(self) -> dict:
         out = {"layer": self.layer, "action": self.action.value}
         if self.action is Action.CAPTURED:
             out["depth"] = self.depth
+            if self.pool != GLOBAL_POOL:
+                out["pool"] = self.pool
         if self.entry_mode is not None:
             out["entry_mode"] = self.entry_mode.name
         if self.error:

@@ -11,8 +11,17 @@ from dataclasses import dataclass
 
 from contract.core import halts
 from contract.core.events import CaptureModel, LoadModel
-from contract.core.modes import FULL, NONE, PIECEWISE, AttentionCGSupport
-from contract.core.observation import Action, Dispatch, LayerKind, StepRecord
+from contract.core.modes import FULL, NONE, PIECEWISE, AttentionCGSupport, CUDAGraphMode
+from contract.core.observation import (
+    GLOBAL_POOL,
+    PROFILE_RUN_CONTEXT,
+    PROFILING_CONTEXT,
+    Action,
+    Dispatch,
+    LayerAction,
+    LayerKind,
+    StepRecord,
+)
 from contract.core.scenario import Runner, Scenario
 
 
@@ -205,13 +214,39 @@ def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -
     return out
 
 
+def _configured_allows(configured: CUDAGraphMode, runtime_mode: CUDAGraphMode) -> bool:
+    """Mode monotonicity over traces: FULL graphs only where the configured mode has them; PIECEWISE
+    where it has piecewise graphs or full ones, which resolve may turn into PIECEWISE graphs and
+    logs it (the FULL -> FULL_AND_PIECEWISE upgrade and the downgrades of full modes an attention
+    backend cannot serve, ``34:config/compilation.py:1585-1625``)."""
+    if runtime_mode == FULL:
+        return configured.has_full_cudagraphs()
+    if runtime_mode == PIECEWISE:
+        return configured.has_piecewise_cudagraphs() or configured.has_full_cudagraphs()
+    return True
+
+
 def intent(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
-    """P8's intent over traces: no drafter graph under ``speculative_config.enforce_eager``
-    ("Override the default enforce_eager from model_config", ``34:config/speculative.py:452-453``),
-    whatever the target runs. MRV1 honours it (``33:v1/spec_decode/llm_base_proposer.py:427``,
+    """P8's intent over traces: no graph where vLLM means none. ``--enforce-eager`` sets
+    ``cudagraph_mode`` to NONE for the target and every drafter (``34:config/vllm.py:1697-1699``);
+    ``profile_run``'s dummy pass runs eagerly (``need_eager=is_profile``,
+    ``34:v1/worker/gpu/model_runner.py:1902``; ``force_eager=is_profile``,
+    ``33:v1/worker/gpu_model_runner.py:5565``), and so does the drafter it proposes with; and
+    ``speculative_config.enforce_eager`` asks for an eager drafter whatever the target runs
+    ("Override the default enforce_eager from model_config", ``34:config/speculative.py:452-453``;
+    MRV1 honours it, ``33:v1/spec_decode/llm_base_proposer.py:427``,
     ``33:v1/worker/gpu_model_runner.py:5821``)."""
-    if scenario.spec_enforce_eager and d.role == "drafter" and (d.runtime_mode != NONE or d.acting):
-        how = f"{d.acting[0].layer} {d.acting[0].action.value} it" if d.acting else "a graph mode"
+    if d.runtime_mode == NONE and not d.acting:
+        return None
+    how = f"{d.acting[0].layer} {d.acting[0].action.value} it" if d.acting else "a graph mode"
+    configured = scenario.cudagraph_mode
+    if configured == NONE:
+        return f"{_where(d)}: {how} under cudagraph_mode NONE (--enforce-eager), which asks for no graph"
+    if not _configured_allows(configured, d.runtime_mode):
+        return f"{_where(d)}: {how}, a runtime mode cudagraph_mode {configured.name} does not name"
+    if d.context == PROFILE_RUN_CONTEXT:
+        return f"{_where(d)}: {how} in profile_run, whose dummy pass vLLM runs eagerly"
+    if scenario.spec_enforce_eager and d.role == "drafter":
         return f"{_where(d)}: {how} under speculative_config.enforce_eager, which asks for an eager drafter"
     return None
 
@@ -222,15 +257,32 @@ def profiled_pairs(record: StepRecord) -> frozenset[tuple[str, str]]:
                      if d.runtime_mode != NONE and any(a.action is Action.CAPTURED for a in d.acting))
 
 
+def misplaced_capture(d: Dispatch) -> LayerAction | None:
+    """A capture outside the pool its phase intends: memory profiling captures into a throwaway
+    pool, never the persistent global one ("Profiling graphs captured into the persistent global
+    pool and then discarded would drop its use_count to 0", ``34:v1/worker/gpu/cudagraph_utils.py:1014-1022``;
+    ``33:v1/worker/gpu_model_runner.py:6306-6315``), and every other capture into the global pool."""
+    for a in d.acting:
+        if a.action is Action.CAPTURED and (a.pool == GLOBAL_POOL) == (d.context == PROFILING_CONTEXT):
+            return a
+    return None
+
+
 def accounting(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
     """P10: every graph ``capture_model`` captures was estimated by memory profiling, which captures
     each kind into a throwaway pool before the KV cache is sized (MRV1 the two widest descriptors
     per mode, ``33:v1/worker/gpu_model_runner.py:6329-6357``; MRV2 every PIECEWISE and speculator
-    graph and the two widest FULL, ``34:v1/worker/gpu/cudagraph_utils.py:988-1080``), and profiling
-    estimated no kind ``capture_model`` does not capture."""
+    graph and the two widest FULL, ``34:v1/worker/gpu/cudagraph_utils.py:988-1080``), profiling
+    estimated no kind ``capture_model`` does not capture, and each capture went into the pool its
+    phase intends (``misplaced_capture``)."""
+    out = [Violation("P10", record.index, f"{_where(d)}: {a.layer} captured into the {a.pool} pool: " + (
+               "memory profiling's graphs, discarded, drop the global pool's use count to 0, which c10's "
+               "create_or_incref_pool asserts on when capture_model reuses it" if d.context == PROFILING_CONTEXT
+               else "capture_model's graphs belong in the global pool profiling estimated"), i)
+           for i, d in enumerate(record.dispatches) if (a := misplaced_capture(d)) is not None]
     if record.profiled is None or not isinstance(record.event, CaptureModel):
-        return []
-    out, seen = [], set()
+        return out
+    seen: set = set()
     for i, d in enumerate(record.dispatches):
         pair = (d.role, d.runtime_mode.name)
         if (d.runtime_mode != NONE and any(a.action is Action.CAPTURED for a in d.acting)
@@ -282,12 +334,14 @@ PROPERTIES: dict[str, Property] = {
                  _per_dispatch(shape_legality, "P7")),
         Property("P8", "graph-coverage",
                  "each batch is served by the strongest graph the documented capture sizes give it, in a mode "
-                 "the configuration names (capture sizes: contract/core/sizes.py); over traces, its intent: no "
-                 "drafter graph under speculative_config.enforce_eager",
+                 "the configuration names (capture sizes: contract/core/sizes.py); over traces, its intent: no graph "
+                 "under cudagraph_mode NONE or in profile_run's eager pass, no drafter graph under "
+                 "speculative_config.enforce_eager",
                  _per_dispatch(intent, "P8")),
         Property("P10", "start-up-accounting",
                  "every kind of graph capture_model captures (role, runtime mode) was captured by memory "
-                 "profiling, whose estimate the KV cache is sized with, and profiling estimated no other kind",
+                 "profiling, whose estimate the KV cache is sized with, and profiling estimated no other kind; "
+                 "profiling captures into a throwaway pool, every other capture into the global pool",
                  accounting),
     )
 }

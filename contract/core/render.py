@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from contract.core.events import describe_event
-from contract.core.observation import Action, Dispatch, StepRecord
+from contract.core.observation import GLOBAL_POOL, Action, Dispatch, StepRecord
 from contract.core.properties import Violation
 
 
@@ -16,6 +16,7 @@ def dispatch_summary(d: Dispatch) -> str:
     else:
         who = "; ".join(f"{a.layer.split(':', 1)[1]} {a.action.value}"
                         + (f" (depth {a.depth})" if a.action is Action.CAPTURED and a.depth else "")
+                        + (f" into the {a.pool} pool" if a.action is Action.CAPTURED and a.pool != GLOBAL_POOL else "")
                         for a in acting)
     text = f"{d.role} {d.runtime_mode.name} {d.batch_descriptor}: {who}"
     return text + (f" — {d.error}" if d.error and d.error not in who else "")

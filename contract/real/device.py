@@ -101,6 +101,7 @@ def install() -> None:
         def capture_begin(self, *args, **kwargs):
             SimCuda.depth += 1
             self.depth, self.tag = SimCuda.depth, None
+            self.pool = kwargs.get("pool", args[0] if args else None)
             SimCuda.emit("begin", self)
             try:
                 return super().capture_begin(*args, **kwargs)

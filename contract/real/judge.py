@@ -19,7 +19,7 @@ import re
 
 from contract.core.events import CaptureModel, Event, ProfileCudagraphMemory
 from contract.core.modes import PIECEWISE, CUDAGraphMode
-from contract.core.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
+from contract.core.observation import GLOBAL_POOL, Action, Dispatch, LayerAction, LayerKind, StepRecord
 from contract.core.properties import Violation, check, profiled_pairs
 from contract.core.scenario import Scenario
 
@@ -59,7 +59,7 @@ def _dispatch(data: dict, capture_phase_graphs: set, descriptor_from_json) -> Di
         layers.append(LayerAction(layer["layer"], kind, own, action, depth=layer.get("depth", 0),
                                   entry_mode=_mode(layer.get("entry_mode")),
                                   entry_key=desc if action is Action.REPLAYED else None,
-                                  error=layer.get("error")))
+                                  error=layer.get("error"), pool=layer.get("pool", GLOBAL_POOL)))
     return Dispatch(data["role"], data["context"], mode, desc, tuple(layers), bool(data.get("capture_phase")),
                     capturing_enabled=True, ran_eager=bool(data.get("ran_eager")), error=data.get("error"),
                     previously_captured=(data["role"], mode, desc) in capture_phase_graphs)

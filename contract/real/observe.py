@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from contract.core.observation import GLOBAL_POOL
 from contract.real.errors import normalise
 from contract.real.simcuda import SimCuda, SimGraph
 
@@ -31,6 +32,7 @@ class Call:
     label: str
     kind: str  # "CUDAGraphWrapper", "BreakableCUDAGraphWrapper", "UBatchWrapper" or COMPILED
     capture_depth: int | None = None  # open captures around its first capture_begin
+    pool: str = GLOBAL_POOL  # the pool of its first capture (``SimCuda.pool_kind``)
     replayed_mode: str | None = None  # mode the replayed graph was captured under
     error: str | None = None
 
@@ -77,6 +79,7 @@ class Recorder:
             graph.tag = self.runtime_mode
             if owner.capture_depth is None:
                 owner.capture_depth = graph.depth - 1
+                owner.pool = SimCuda.pool_kind(graph.pool)
         elif kind == "replay" and owner.replayed_mode is None:
             owner.replayed_mode = graph.tag
 
@@ -110,6 +113,8 @@ def _layer(call: Call) -> dict:
     elif call.capture_depth is not None:
         out["action"] = "captured"
         out["depth"] = call.capture_depth
+        if call.pool != GLOBAL_POOL:
+            out["pool"] = call.pool
     elif call.replayed_mode is not None:
         out["action"] = "replayed"
         out["entry_mode"] = call.replayed_mode

@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+from contract.core.observation import GLOBAL_POOL, PRIVATE_POOL, THROWAWAY_POOL
+
 
 class SimPool:
     """Stands for a CUDA graph memory-pool handle."""
@@ -39,10 +41,26 @@ class SimCuda:
 
     depth = 0  # captures begun and not yet ended
     listener: Callable[[str, SimGraph], None] | None = None
+    global_pool: object = None  # the platform's persistent global pool, one per process
 
     @classmethod
     def reset(cls) -> None:
         cls.depth = 0
+
+    @classmethod
+    def reset_global_pool(cls, platform) -> None:
+        """Point vLLM's global-pool singleton (``platforms/interface.py:1324-1329``) at the process's
+        one persistent pool, so that a capture's pool is known to be it or another (profiling's
+        throwaway pool): wrappers of a model reused across traces keep the pool they bound."""
+        if cls.global_pool is None:
+            cls.global_pool = platform.graph_pool_handle()
+        type(platform)._global_graph_pool = cls.global_pool
+
+    @classmethod
+    def pool_kind(cls, pool: object) -> str:
+        if pool is None:
+            return PRIVATE_POOL
+        return GLOBAL_POOL if pool is cls.global_pool or pool == cls.global_pool else THROWAWAY_POOL
 
     @classmethod
     def emit(cls, kind: str, graph: SimGraph) -> None:
@@ -57,8 +75,10 @@ class SimGraph:
         self.depth: int | None = None  # nesting depth at capture_begin, 1 = outermost
         self.captured = False
         self.tag: object = None  # what the observer attached at capture_begin
+        self.pool: object = None  # the pool capture_begin was given
 
     def capture_begin(self, pool=None, *args, **kwargs) -> None:
+        self.pool = pool
         SimCuda.depth += 1
         self.depth = SimCuda.depth
         SimCuda.emit("begin", self)

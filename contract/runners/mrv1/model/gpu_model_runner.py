@@ -14,7 +14,16 @@ from contract.core.halts import CAPTURE_GUARD_ERROR, NESTED_BREAKABLE_ERROR
 from contract.runners.mrv1.model.cudagraph_dispatcher import DispatcherState, clear_keys, get_capture_descs
 from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
-from contract.core.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
+from contract.core.observation import (
+    GLOBAL_POOL,
+    PROFILING_CONTEXT,
+    THROWAWAY_POOL,
+    Action,
+    Dispatch,
+    LayerAction,
+    LayerKind,
+    StepRecord,
+)
 from contract.core.properties import profiled_pairs
 from contract.core.policy import Policy
 from contract.core.resolve import ResolveRejected
@@ -114,8 +123,10 @@ def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event
 class _Walk:
     """One forward call through a stack under a forward context (mode, batch descriptor)."""
 
-    def __init__(self, state: RunnerState, policy: Policy, role: str, mode: CUDAGraphMode, desc: BatchDescriptor):
+    def __init__(self, state: RunnerState, policy: Policy, role: str, mode: CUDAGraphMode, desc: BatchDescriptor,
+                 pool: str):
         self.state, self.policy, self.role, self.mode, self.desc = state, policy, role, mode, desc
+        self.pool = pool  # where its captures go
         self.actions: list[LayerAction] = []
         self.new_entries: list[Entry] = []
         self.error: str | None = None
@@ -182,7 +193,7 @@ class _Walk:
             self.actions.append(LayerAction(layer, kind, layer_mode, Action.RAISED, error=NESTED_BREAKABLE_ERROR))
             self.error = NESTED_BREAKABLE_ERROR
             return
-        self.actions.append(LayerAction(layer, kind, layer_mode, Action.CAPTURED, depth=self.depth))
+        self.actions.append(LayerAction(layer, kind, layer_mode, Action.CAPTURED, depth=self.depth, pool=self.pool))
         outer_breakable = self.breakable_active
         self.depth += 1
         self.breakable_active = self.breakable_active or breakable
@@ -213,7 +224,11 @@ class _Step:
     def forward(self, role: str, context: str, mode: CUDAGraphMode, desc: BatchDescriptor) -> None:
         state = self.state
         stack = state.stacks.drafter if role == "drafter" else state.stacks.target
-        walk = _Walk(state, self.policy, role, mode, desc)
+        # Memory profiling swaps every wrapper's pool for a throwaway one, the UBatchWrapper's
+        # through its cudagraph_wrapper (33:v1/worker/gpu_model_runner.py:6306-6315,
+        # 33:v1/worker/gpu_ubatch_wrapper.py:96-98).
+        walk = _Walk(state, self.policy, role, mode, desc,
+                     THROWAWAY_POOL if context == PROFILING_CONTEXT else GLOBAL_POOL)
         walk.call(stack)
         self.dispatches.append(
             Dispatch(
@@ -366,7 +381,7 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
         if not st.state.halted and get_capture_descs(st.state.target_dispatcher):
             st.capture_phase = True
             st.set("capture window opened", capturing_enabled=True)
-            st.capture_descs(2, "profile_cudagraph_memory")
+            st.capture_descs(2, PROFILING_CONTEXT)
             st.capture_phase = False
             # the finally block (gpu_model_runner.py:6382-6397): window closed, CUDAGraphWrapper.clear_all_graphs() and
             # BreakableCUDAGraphWrapper.clear_all_graphs() (every MRV1 capturer, the compiled pieces

@@ -120,7 +120,7 @@ class Session:
             cls.clear_all_graphs()
             cls._all_instances.clear()
         BreakableCUDAGraphCapture._tls.active = None
-        type(vllm_platforms.current_platform)._global_graph_pool = None
+        SimCuda.reset_global_pool(vllm_platforms.current_platform)
         SimCuda.reset()
         self.recorder.labels.clear()
         self.decisions.start_trace()

@@ -32,7 +32,16 @@ from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGrap
 from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model import spec_decode
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
-from contract.core.observation import Action, Dispatch, LayerAction, LayerKind, StepRecord
+from contract.core.observation import (
+    GLOBAL_POOL,
+    PROFILING_CONTEXT,
+    THROWAWAY_POOL,
+    Action,
+    Dispatch,
+    LayerAction,
+    LayerKind,
+    StepRecord,
+)
 from contract.core.properties import profiled_pairs
 from contract.core.resolve import ResolveRejected
 from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
@@ -170,6 +179,17 @@ class _Step:
     def _entry(self, layer: str, key: object) -> Entry | None:
         return next((e for e in self.state.entries if e.layer == layer and e.key == key), None)
 
+    def _pool(self, kind: LayerKind) -> str:
+        """The pool a capture goes into. Memory profiling points the global pool at a throwaway one,
+        which the managers and breakable runners it builds bind, and swaps the pool of every wrapper
+        bound before, the compiled pieces' (``33:…/cudagraph_utils.py:947-988``,
+        ``34:…:1014-1055``); capture_model's captures go into the global pool."""
+        if self.context != PROFILING_CONTEXT:
+            return GLOBAL_POOL
+        if kind is LayerKind.compiled and not self.policy.profiling_swaps_wrapper_pools:
+            return GLOBAL_POOL
+        return THROWAWAY_POOL
+
     def _lazy(self, actions: list, layer: str, kind: LayerKind, layer_mode, key, for_key, depth: int) -> bool:
         """A lazy capturer acting on a PIECEWISE call: replay its entry or capture one. True when
         it captured (its runnable then runs inside the capture)."""
@@ -178,7 +198,7 @@ class _Step:
             actions.append(LayerAction(layer, kind, layer_mode, Action.REPLAYED, entry_mode=PIECEWISE,
                                        entry_key=entry.captured_for, entry_context=entry.context))
             return False
-        actions.append(LayerAction(layer, kind, layer_mode, Action.CAPTURED, depth=depth))
+        actions.append(LayerAction(layer, kind, layer_mode, Action.CAPTURED, depth=depth, pool=self._pool(kind)))
         self.set(entries=self.state.entries | {Entry(layer, key, for_key, self.context)})
         return True
 
@@ -238,7 +258,8 @@ class _Step:
         if desc in manager.graphs:
             self.halt(f"AssertionError: Graph already captured for {desc}")
             return
-        action = LayerAction(manager.layer, LayerKind.CudaGraphManager, FULL, Action.CAPTURED)
+        action = LayerAction(manager.layer, LayerKind.CudaGraphManager, FULL, Action.CAPTURED,
+                             pool=self._pool(LayerKind.CudaGraphManager))
         self._record(role, desc, [action], False, None, None, manager)
         manager = replace(manager, graphs=manager.graphs | {desc})
         self.set(**{attr: manager})

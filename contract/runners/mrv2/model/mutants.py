@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contract.core import resolve
-from contract.core.modes import FULL
+from contract.core.modes import FULL, FULL_DECODE_ONLY
 from contract.core.mutant import Mutant, replacing
 
 
@@ -24,6 +24,10 @@ def _breakable_regardless_of_switch(breakable, mode):
 
 def _draft_decode_target_mode(target_mode):
     return target_mode
+
+
+def _draft_decode_always_full(target_mode):
+    return FULL_DECODE_ONLY
 
 
 def _spec_decode_downgrade_skipped(mode, config, support, q, v2, sizes, available=True):
@@ -64,6 +68,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "dispatch PIECEWISE, which the decode manager has no breakable runner for",
            kills=frozenset(['P0', 'P1', 'halt']),
            build=replacing(draft_decode_mode=_draft_decode_target_mode)),
+    Mutant("mrv2_draft_decode_always_full", "mrv2_0_34", "speculator",
+           "the draft decode manager is FULL_DECODE_ONLY whatever the target's decode mode: a PIECEWISE or NONE "
+           "configuration gets FULL draft graphs it does not name",
+           kills=frozenset(['P8']),
+           build=replacing(draft_decode_mode=_draft_decode_always_full)),
     Mutant("mrv2_multi_module_key_fn_dropped", "mrv2_0_33", "speculator",
            "multi-module MTP's breakable runner built without key_fn: module step 1 replays the graph captured "
            "for step 0",
@@ -79,6 +88,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "graphs captured into the discarded profiling pool",
            kills=frozenset(['P5']),
            build=replacing(profiling_clears_graphs=False)),
+    Mutant("mrv2_profiling_wrapper_pools_not_swapped", "mrv2_0_34", "profiling",
+           "profile_cudagraph_memory leaves the wrappers' pools alone: the compiled pieces, bound to the global "
+           "pool when compiled, capture their profiling graphs into it, and discarding them drops its use count "
+           "to 0 (c10's create_or_incref_pool assert when capture_model reuses it)",
+           kills=frozenset(['P10']),
+           build=replacing(profiling_swaps_wrapper_pools=False)),
     Mutant("mrv2_profiling_returns_zero", "mrv2_0_34", "profiling",
            "profile_cudagraph_memory returns 0 without capturing (vLLM #49224, before #53306): the KV cache is "
            "sized with no memory for the graphs capture_model then captures",

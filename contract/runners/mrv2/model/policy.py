@@ -92,6 +92,7 @@ class Mrv2Policy:
     multi_module_key_fn: bool = True  # key_fn = spec_step_idx % num_layers
     multi_module_remap: bool = True  # compiled PIECEWISE remapped to FULL_DECODE_ONLY/NONE
     profiling_clears_graphs: bool = True  # clear_all_graphs() on both wrapper classes
+    profiling_swaps_wrapper_pools: bool = True  # wrapper.graph_pool = throwaway_pool for every wrapper
     # profile_cudagraph_memory returns 0 before any capture when cache_config.enable_extensible_kv_cache
     # is on (0.34.0 only: 34:v1/worker/gpu/model_runner.py:1123-1125; 0.33.0 has no such setting)
     extensible_kv_cache_skips_profiling: bool = False

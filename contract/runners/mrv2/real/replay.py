@@ -207,7 +207,7 @@ class Session:
         CUDAGraphWrapper.clear_all_graphs()
         BreakableCUDAGraphWrapper.clear_all_graphs()
         BreakableCUDAGraphCapture._tls.active = None
-        type(vllm_platforms.current_platform)._global_graph_pool = None
+        SimCuda.reset_global_pool(vllm_platforms.current_platform)
         SimCuda.reset()
         self.recorder.labels.clear()
         self.recorder.managers.clear()
