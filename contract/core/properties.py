@@ -335,8 +335,8 @@ PROPERTIES: dict[str, Property] = {
         Property("P8", "graph-coverage",
                  "each batch is served by the strongest graph the documented capture sizes give it, in a mode "
                  "the configuration names (capture sizes: contract/core/sizes.py); over traces, its intent: no graph "
-                 "under cudagraph_mode NONE or in profile_run's eager pass, no drafter graph under "
-                 "speculative_config.enforce_eager",
+                 "under cudagraph_mode NONE or in profile_run's eager pass, none of a mode the configured one does "
+                 "not name, no drafter graph under speculative_config.enforce_eager",
                  _per_dispatch(intent, "P8")),
         Property("P10", "start-up-accounting",
                  "every kind of graph capture_model captures (role, runtime mode) was captured by memory "
