@@ -23,6 +23,7 @@ from pathlib import Path
 from contract.branch import cache
 from contract.core import child
 from contract.core.family import Family
+from contract.core.ranks import kind_count
 from contract.core.sizes import Batch, Gap, SizeSetting, batches, grid, witness_json
 from contract.real import provenance
 from contract.real.installed import EnvironmentProblem, import_root, replay_settings
@@ -57,7 +58,8 @@ class SizeClass:
         where = f"{len(self.settings)} setting(s); first: {w.flags()}"
         if self.gap.property != "P0":
             shown = ", ".join(str(b.num_tokens) for b in self.batches[:6]) + (", ..." if len(self.batches) > 6 else "")
-            where += f": {len(self.batches)} of {self.of} {self.gap.kind} batches (tokens {shown})"
+            what = "steps (the first rank's tokens" if "+" in self.gap.kind else "batches (tokens"
+            where += f": {len(self.batches)} of {self.of} {self.gap.kind} {what} {shown})"
         return f"[{self.gap.severity}] {self.gap.title}" + (f" — witness {witness}" if witness else "") + f" ({where})"
 
     def witness_json(self, vllm: str) -> str:
@@ -112,7 +114,7 @@ def _classes(pairs: dict[Gap, dict[SizeSetting, list[Batch]]], order: list[SizeS
     for gap, where in pairs.items():
         chosen = sorted(where, key=order.index)
         first = chosen[0]
-        of = sum(1 for b in batches(first) if b.kind == gap.kind)
+        of = kind_count(first, gap.kind)
         out.append(SizeClass(gap, tuple(chosen), tuple(where[first]), of))
     return sorted(out, key=lambda c: (c.gap.property != "P0", c.gap))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -27,6 +28,16 @@ RUNNERS = ("auto", "mrv1", "mrv2")
 
 class ConformProblem(Exception):
     """Bad input or environment found where the replay runs (here or in the release's child); one line."""
+
+
+def _on_ranks(sizes: dict) -> str:
+    steps = sizes.get("rank_steps", 0)
+    return f" and {steps:,} steps on two DP ranks" if steps else ""
+
+
+def _class_counts(sizes: dict) -> str:
+    by = Counter(c["property"] for c in sizes["classes"])
+    return ", ".join(f"{by[p]} {p} class(es)" for p in sorted(by)) or "no class"
 
 
 def _python_of(vllm: str) -> Path:
@@ -314,7 +325,7 @@ def _say(result: dict, as_json: bool) -> None:
         if sizes is not None:
             say(f"capture sizes: {sizes['derived'] - len(sizes['disagreements'])} of {sizes['settings']} settings "
                 f"derive the model's lists ({sizes['rejected']} rejected by vLLM and the model alike), "
-                f"{sizes['batches']:,} batches dispatched, {len(sizes['classes'])} P8 class(es)")
+                f"{sizes['batches']:,} batches dispatched" + _on_ranks(sizes) + f", {_class_counts(sizes)}")
             for d in sizes["disagreements"]:
                 say(f"disagreement: capture sizes of {d}")
         if checks is not None:

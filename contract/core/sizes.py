@@ -233,33 +233,38 @@ class Gap:
     kind: str
     wanted: str
     served: str
-    what: str  # WEAKER, SMALLER, UNCONFIGURED or UNWANTED
+    what: str  # WEAKER, SMALLER, UNCONFIGURED, UNWANTED, or one of HANGS (P9)
 
     @property
     def title(self) -> str:
         if self.kind in PHASES:
             return f"P0 vLLM stops {PHASES[self.kind]}: {self.what}"
+        if self.what in HANGS:
+            return f"P9 {self.kind} steps on two DP ranks: {self.what} ({self.served})"
+        noun = "steps on two DP ranks" if "+" in self.kind else "batches"  # contract/core/ranks.py
         if self.what == SMALLER:
-            return f"P8 {self.kind} batches replay a {self.served} graph smaller than the batch"
+            return f"P8 {self.kind} {noun} replay a {self.served} graph smaller than the batch"
         if self.what == UNCONFIGURED:
-            return f"P8 {self.kind} batches take {self.served} graphs, a mode cudagraph_mode {self.wanted} does not name"
+            return f"P8 {self.kind} {noun} take {self.served} graphs, a mode cudagraph_mode {self.wanted} does not name"
         if self.what == UNWANTED:
-            return f"P8 {self.kind} batches take {self.served} graphs under --enforce-eager"
+            return f"P8 {self.kind} {noun} take {self.served} graphs under --enforce-eager"
         if self.served == NONE.name:
-            return f"P8 {self.kind} batches a {self.wanted} graph could serve run eagerly"
-        return f"P8 {self.kind} batches a {self.wanted} graph could serve take {self.served} graphs"
+            return f"P8 {self.kind} {noun} a {self.wanted} graph could serve run eagerly"
+        return f"P8 {self.kind} {noun} a {self.wanted} graph could serve take {self.served} graphs"
 
     @property
     def severity(self) -> str:
         if self.kind in PHASES:
             return f"crash {PHASES[self.kind]}"
+        if self.what in HANGS:
+            return "hang"
         if self.what in (UNCONFIGURED, UNWANTED):  # the user's choice keeps graphs from what cannot take them
             return "graph of a mode not configured"
         return "wrong result" if self.what == SMALLER else "silent eager fallback"
 
     @property
     def property(self) -> str:
-        return "P0" if self.kind in PHASES else "P8"
+        return "P0" if self.kind in PHASES else "P9" if self.what in HANGS else "P8"
 
     def to_json(self) -> dict:
         return {"property": self.property, "kind": self.kind, "wanted": self.wanted, "served": self.served,
@@ -271,6 +276,11 @@ SMALLER = "graph smaller than the batch"
 UNCONFIGURED = "a mode the configuration does not name"
 UNWANTED = "a graph where the configuration asks for none"
 PHASES = {"config": "at start-up", "dispatch": "when serving"}  # where vLLM's code raised
+# P9 on several DP ranks (contract/core/ranks.py): a step's kind is its ranks' batch kinds, "decode+idle"
+DIFFERENT_MODES = "ranks run different runtime modes"
+DIFFERENT_TOKENS = "ranks run graphs of different token counts"
+RANK_HUNG = "a rank raised or never answered, leaving the others waiting"
+HANGS = (DIFFERENT_MODES, DIFFERENT_TOKENS, RANK_HUNG)
 
 
 def crash(phase: str, raised: str, at: str | None) -> Gap:

@@ -122,6 +122,12 @@ def install(tree_pkg: Path, watch: dict[str, list[str]] | None = None) -> TreeFi
     return finder
 
 
+def installed() -> TreeFinder | None:
+    """The tree finder this process runs under, if any: what a process it starts must install too
+    (``contract/real/ranks.py``)."""
+    return next((f for f in sys.meta_path if isinstance(f, TreeFinder)), None)
+
+
 def marks(module, qualname: str, statements_differ) -> ast.stmt | None:
     """The statement recording ``qualname`` as run, for code that runs part of a watched function
     from the tree's file itself: when ``statements_differ(installed_file)`` says that part is not

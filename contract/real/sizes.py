@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from contract.core import ranks
 from contract.core.family import SizeModel
 from contract.core.sizes import Batch, Gap, RunsError, SizeSetting, batches, crash, judge, served_from
 
@@ -47,7 +48,14 @@ def judged(model: SizeModel, release: str, settings: list[SizeSetting], data: di
         side.derived[s] = {"cudagraph_mode": record.get("mode"), **record.get("derived", {})}
         best = model.best_graph(s, model.lists(s, release), release)
         result = judge(served, best, [str(x) for x in record.get("logged", [])], s)
-        for gap, shown in result.gaps.items():
+        gaps = dict(result.gaps)
+        if "ranks" in record:  # P9 on two DP ranks (contract/core/ranks.py); a rank past the deadline answered nothing
+            try:
+                per_rank = [r if isinstance(r, dict) else {"served": []} for r in record["ranks"]]
+                gaps.update(ranks.judged(s, per_rank, best))
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise SizesProblem(f"{what}: the ranks' records: {exc}") from None
+        for gap, shown in gaps.items():
             side.found.setdefault(gap, {})[s] = shown
         if result.documented:
             side.documented[s] = result.documented
@@ -72,14 +80,17 @@ def disagreements(model: SizeModel, side: Side, settings: list[SizeSetting], rel
 
 def conformance(model: SizeModel, release: str, settings: list[SizeSetting], records: list[dict]) -> dict:
     """A release's size check for its conformance report: how many settings' derived lists (or
-    rejections) agree with the model's, how many vLLM rejects, the batches of the others, the P8
-    classes (each with its first setting), the downgrades vLLM logged."""
+    rejections) agree with the model's, how many vLLM rejects, the batches of the others and their
+    steps on two DP ranks (where the family runs them), the P8 and P9 classes (each with its first
+    setting), the downgrades vLLM logged."""
     side = judged(model, release, settings, {"records": records, "reached": [], "tree_modules": []},
                   f"vLLM {release}")
     rejected = {s for s, d in side.derived.items() if isinstance(d, str)}
     return {"settings": len(settings), "derived": len(side.derived), "rejected": len(rejected),
             "dispatch": model.dispatch, "disagreements": disagreements(model, side, settings, release),
             "batches": sum(1 for s in settings if s not in rejected for _ in batches(s)),
+            "rank_steps": sum(len(ranks.rank_steps(s)) for s, r in zip(settings, records)
+                              if s not in rejected and "ranks" in r),
             "classes": [{**gap.to_json(), "settings": len(where), "first": min(where, key=settings.index).flags()}
                         for gap, where in sorted(side.found.items())],
             "documented": [f"{s.flags()}: {line}" for s, lines in side.documented.items() for line in lines]}

@@ -118,9 +118,13 @@ def _sizes_markdown(sizes: dict) -> list[str]:
              f"listed, not flagged.", "",
              f"- derived lists: **{agree} of {sizes['settings']}** settings equal the model's "
              f"({sizes['rejected']} of them rejected by vLLM's validation, and by the model alike)",
-             f"- batches dispatched: {sizes['batches']:,}; P8 classes: {len(sizes['classes'])}"]
+             f"- batches dispatched: {sizes['batches']:,}"
+             + (f"; steps on two data-parallel ranks: {sizes['rank_steps']:,} (`docs/properties.md`, P9)"
+                if sizes.get("rank_steps") else "")
+             + f"; classes: {len(sizes['classes'])}"]
     lines += [f"- disagreement: capture sizes of {d}" for d in sizes["disagreements"]]
-    lines += [f"- P8 class: {c['title']} ({c['settings']} settings; first: {c['first']})" for c in sizes["classes"]]
+    lines += [f"- {c['property']} class: {c['title']} ({c['settings']} settings; first: {c['first']})"
+              for c in sizes["classes"]]
     lines += [f"- documented downgrade: {d}" for d in sizes["documented"]]
     return lines + [""]
 

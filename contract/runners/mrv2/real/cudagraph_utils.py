@@ -28,6 +28,8 @@ of the reused warm-up function (compiled PIECEWISE).
 
 from __future__ import annotations
 
+import inspect
+
 from contract.real import device
 from contract.real.parallel_state import install_parallel_state
 from contract.real.simcuda import SimStream
@@ -75,3 +77,18 @@ def install(module, listener) -> None:
 
     capture.__wrapped__ = original
     manager.capture = capture
+
+
+def size_check_manager(session, vllm_config):
+    """The manager the size checks dispatch against (``sizes.py``, ``dp_utils.py``), built as
+    ``initialize_kv_cache`` builds it, with the capture stood in for: every candidate is a graph."""
+    cc = vllm_config.compilation_config
+    q = vllm_config.uniform_decode_query_len
+    cls = session.cudagraph_utils.CudaGraphManager
+    if "decode_query_lens" in inspect.signature(cls.__init__).parameters:  # 0.34
+        manager = cls(vllm_config, session.torch_device, cc.cudagraph_mode,
+                      decode_query_lens=vllm_config.get_decode_cudagraph_query_lens(q))
+    else:  # 0.33
+        manager = cls(vllm_config, session.torch_device, cc.cudagraph_mode, decode_query_len=q)
+    manager._graphs_captured = True  # the capture is simulated: every candidate is a graph
+    return manager

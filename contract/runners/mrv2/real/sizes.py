@@ -13,26 +13,13 @@ would capture.
 
 from __future__ import annotations
 
-import inspect
-
 from contract.core.capture_sizes import derive
 from contract.core.family import SizeModel
 from contract.core.sizes import Batch, SizeSetting
-from contract.real import size_observer
+from contract.real import ranks, size_observer
+from contract.runners.mrv2.real import dp_utils
+from contract.runners.mrv2.real.cudagraph_utils import size_check_manager
 from contract.runners.mrv2.model.sizes import reference
-
-
-def _manager(session, vllm_config):
-    cc = vllm_config.compilation_config
-    q = vllm_config.uniform_decode_query_len
-    cls = session.cudagraph_utils.CudaGraphManager
-    if "decode_query_lens" in inspect.signature(cls.__init__).parameters:  # 0.34
-        manager = cls(vllm_config, session.torch_device, cc.cudagraph_mode,
-                      decode_query_lens=vllm_config.get_decode_cudagraph_query_lens(q))
-    else:  # 0.33
-        manager = cls(vllm_config, session.torch_device, cc.cudagraph_mode, decode_query_len=q)
-    manager._graphs_captured = True  # the capture is simulated: every candidate is a graph
-    return manager
 
 
 def _served(manager, s: SizeSetting, b: Batch) -> list:
@@ -44,8 +31,14 @@ def _served(manager, s: SizeSetting, b: Batch) -> list:
 
 
 def observe(session, settings: list[SizeSetting]) -> list[dict]:
-    """``size_observer.observe`` with MRV2's manager."""
-    return size_observer.observe(session, settings, _manager, _served)
+    """``size_observer.observe`` with MRV2's manager, and each setting on two DP ranks
+    (``dp_utils.py``): a record's ``ranks`` holds each rank's record, or ``ranks.HUNG``."""
+    records = size_observer.observe(session, settings, size_check_manager, _served)
+    per_rank = dp_utils.observe(settings)
+    for i, record in enumerate(records):
+        record["ranks"] = [r[i] if isinstance(r, list) and i < len(r) else
+                           {"served": []} if isinstance(r, list) else ranks.HUNG for r in per_rank]
+    return records
 
 
 SIZES = SizeModel(releases=("0.33", "0.34"), lists=derive, best_graph=reference, observe=observe,
