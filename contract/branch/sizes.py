@@ -24,7 +24,7 @@ from contract.branch import cache
 from contract.core import child
 from contract.core.family import Family
 from contract.core.ranks import kind_count
-from contract.core.sizes import Batch, Gap, SizeSetting, batches, grid, witness_json
+from contract.core.sizes import Batch, Gap, SizeSetting, batches, class_flags, grid, witness_json
 from contract.real import provenance
 from contract.real.installed import EnvironmentProblem, import_root, replay_settings
 from contract.real.sizes import Side, SizesProblem, disagreements, judged
@@ -55,7 +55,7 @@ class SizeClass:
     def line(self, witness: str = "") -> str:
         """``[severity] title — witness FILE (where it shows)``, as the trace classes are listed."""
         w = self.witness
-        where = f"{len(self.settings)} setting(s); first: {w.flags()}"
+        where = f"{len(self.settings)} setting(s); first: {class_flags(w, self.gap.kind)}"
         if self.gap.property != "P0":
             shown = ", ".join(str(b.num_tokens) for b in self.batches[:6]) + (", ..." if len(self.batches) > 6 else "")
             what = "steps (the first rank's tokens" if "+" in self.gap.kind else "batches (tokens"
@@ -68,7 +68,7 @@ class SizeClass:
 
     def to_json(self) -> dict:
         return {**self.gap.to_json(), "settings": [s.to_json() for s in self.settings],
-                "witness": {"setting": self.witness.to_json(), "flags": self.witness.flags(),
+                "witness": {"setting": self.witness.to_json(), "flags": class_flags(self.witness, self.gap.kind),
                             "batches": [b.num_tokens for b in self.batches], "of": self.of}}
 
 

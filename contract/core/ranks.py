@@ -22,10 +22,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.core.modes import NONE, CUDAGraphMode
-from contract.core.sizes import DIFFERENT_MODES, DIFFERENT_TOKENS, RANK_HUNG, WEAKER, Batch, Gap, SizeSetting, batches
+from contract.core.sizes import (
+    DIFFERENT_MODES,
+    DP_SIZE,
+    DIFFERENT_TOKENS,
+    RANK_HUNG,
+    STRENGTH,
+    WEAKER,
+    Batch,
+    Gap,
+    SizeSetting,
+    batches,
+)
 
-DP_SIZE = 2
-_STRENGTH = {"NONE": 0, "PIECEWISE": 1, "FULL": 2}
 
 
 def idle(s: SizeSetting) -> Batch:
@@ -90,14 +99,14 @@ def step_gap(step: tuple[Batch, ...], served: list[RankServed | None], weakest: 
         return Gap(kind, "-", " and ".join(modes), DIFFERENT_MODES)
     if modes[0] != NONE.name and len({r.num_tokens for r in served}) > 1:
         return Gap(kind, "-", modes[0], DIFFERENT_TOKENS)
-    if _STRENGTH[modes[0]] < _STRENGTH[weakest.name]:
+    if STRENGTH[modes[0]] < STRENGTH[weakest.name]:
         return Gap(kind, weakest.name, modes[0], WEAKER)
     return None
 
 
 def weakest(step: tuple[Batch, ...], best: Callable[[Batch], CUDAGraphMode]) -> CUDAGraphMode:
     """The weakest of the ranks' own best graphs: what the minimum across ranks may lower a step to."""
-    return min((best(b) for b in step), key=lambda m: _STRENGTH[m.name])
+    return min((best(b) for b in step), key=lambda m: STRENGTH[m.name])
 
 
 def judged(s: SizeSetting, records: list[dict], best: Callable[[Batch], CUDAGraphMode]) -> dict[Gap, list[Batch]]:

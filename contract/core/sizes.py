@@ -223,7 +223,7 @@ class Served:
     num_reqs: int | None
 
 
-_STRENGTH = {NONE.name: 0, PIECEWISE.name: 1, FULL.name: 2}
+STRENGTH = {NONE.name: 0, PIECEWISE.name: 1, FULL.name: 2}  # a runtime mode's graph: none, pieces, whole
 
 
 @dataclass(frozen=True, order=True)
@@ -281,6 +281,13 @@ DIFFERENT_MODES = "ranks run different runtime modes"
 DIFFERENT_TOKENS = "ranks run graphs of different token counts"
 RANK_HUNG = "a rank raised or never answered, leaving the others waiting"
 HANGS = (DIFFERENT_MODES, DIFFERENT_TOKENS, RANK_HUNG)
+DP_SIZE = 2  # the ranks a step runs on
+
+
+def class_flags(s: SizeSetting, kind: str) -> str:
+    """The ``vllm serve`` flags of a setting a class of ``kind`` shows on: its own, and for a step
+    kind (``decode+idle``) the DP ranks."""
+    return s.flags() + (f" --data-parallel-size {DP_SIZE}" if "+" in kind else "")
 
 
 def crash(phase: str, raised: str, at: str | None) -> Gap:
@@ -323,7 +330,7 @@ def judge(served: dict[Batch, Served], best: Callable[[Batch], CUDAGraphMode], l
         elif got.mode != NONE.name and (got.num_tokens < b.num_tokens or (got.num_reqs is not None
                                                                          and got.num_reqs < b.num_reqs)):
             out.gaps.setdefault(Gap(b.kind, want.name, got.mode, SMALLER), []).append(b)
-        elif _STRENGTH[got.mode] < _STRENGTH[want.name]:
+        elif STRENGTH[got.mode] < STRENGTH[want.name]:
             out.gaps.setdefault(Gap(b.kind, want.name, got.mode, WEAKER), []).append(b)
     return out
 
@@ -340,7 +347,7 @@ def served_from(s: SizeSetting, runs: list) -> dict[Batch, Served]:
     expected_batches = list(batches(s))
     queue = iter(expected_batches)
     for run in runs:
-        if not (isinstance(run, list) and len(run) == 6 and run[3] in _STRENGTH):
+        if not (isinstance(run, list) and len(run) == 6 and run[3] in STRENGTH):
             raise RunsError(f"a run {run!r} is not [kind, first, last, mode, tokens, requests]")
         kind, first, last, mode, tokens, reqs = run
         got = Served(mode, int(tokens), None if reqs is None else int(reqs))
@@ -366,7 +373,7 @@ class WitnessError(ValueError):
 def witness_json(setting: SizeSetting, gap: Gap, shown: list[Batch], vllm: str) -> dict:
     """What a size class is witnessed by: its setting (replayed by ``conform --vllm-src --traces``),
     the ``vllm serve`` flags, the signature and the batches that show it."""
-    return {"schema": WITNESS_SCHEMA, "setting": setting.to_json(), "flags": setting.flags(), "class": gap.to_json(),
+    return {"schema": WITNESS_SCHEMA, "setting": setting.to_json(), "flags": class_flags(setting, gap.kind), "class": gap.to_json(),
             "batches": [b.num_tokens for b in shown], "vllm": vllm}
 
 

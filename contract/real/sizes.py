@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from contract.core import ranks
 from contract.core.family import SizeModel
-from contract.core.sizes import Batch, Gap, RunsError, SizeSetting, batches, crash, judge, served_from
+from contract.core.sizes import Batch, Gap, RunsError, SizeSetting, batches, class_flags, crash, judge, served_from
 
 
 class SizesProblem(Exception):
@@ -91,6 +91,7 @@ def conformance(model: SizeModel, release: str, settings: list[SizeSetting], rec
             "batches": sum(1 for s in settings if s not in rejected for _ in batches(s)),
             "rank_steps": sum(len(ranks.rank_steps(s)) for s, r in zip(settings, records)
                               if s not in rejected and "ranks" in r),
-            "classes": [{**gap.to_json(), "settings": len(where), "first": min(where, key=settings.index).flags()}
+            "classes": [{**gap.to_json(), "settings": len(where),
+                         "first": class_flags(min(where, key=settings.index), gap.kind)}
                         for gap, where in sorted(side.found.items())],
             "documented": [f"{s.flags()}: {line}" for s, lines in side.documented.items() for line in lines]}

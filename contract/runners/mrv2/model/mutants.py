@@ -70,8 +70,8 @@ MUTANTS: tuple[Mutant, ...] = (
            build=replacing(draft_decode_mode=_draft_decode_target_mode)),
     Mutant("mrv2_draft_decode_always_full", "mrv2_0_34", "speculator",
            "the draft decode manager is FULL_DECODE_ONLY whatever the target's decode mode: a PIECEWISE or NONE "
-           "configuration gets FULL draft graphs it does not name",
-           kills=frozenset(['P8']),
+           "configuration gets FULL draft graphs it does not name, of shapes a weaker backend cannot replay",
+           kills=frozenset(['P7', 'P8']),
            build=replacing(draft_decode_mode=_draft_decode_always_full)),
     Mutant("mrv2_multi_module_key_fn_dropped", "mrv2_0_33", "speculator",
            "multi-module MTP's breakable runner built without key_fn: module step 1 replays the graph captured "

@@ -19,8 +19,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from contract.core.ranks import DP_SIZE, rank_steps
-from contract.core.sizes import SizeSetting
+from contract.core.ranks import rank_steps
+from contract.core.sizes import DP_SIZE, SizeSetting
 from contract.real import logs, overlay, ranks, size_observer
 from contract.real.errors import first_line
 from contract.runners.mrv2.real.cudagraph_utils import size_check_manager

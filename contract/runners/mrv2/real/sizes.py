@@ -3,7 +3,8 @@
 manager.
 
 vLLM's own: the manager's candidates (``_init_candidates``) and every batch's descriptor through
-``dispatch_cg_and_sync_dp`` with one DP rank (``34:v1/worker/gpu/dp_utils.py:232-314``), called as
+``dispatch_cg_and_sync_dp`` with one DP rank (``34:v1/worker/gpu/dp_utils.py:232-314``; two ranks
+in ``dp_utils.py``), called as
 ``execute_model`` calls it (``34:v1/worker/gpu/model_runner.py:1862-1912``: a batch whose requests
 have as many tokens each, ``q`` or ``q - 1``, with ``uniform_token_count = max_query_len`` that
 count, a mixed batch with neither). Stood in for: the
