@@ -163,6 +163,7 @@ def test_an_edited_0_34_manager_capturing_varlen_graphs_is_a_new_p7_class(tmp_pa
     assert (tmp_path / "report" / "README.md").read_text().count("**new** (wrong result): P7") >= 1
 
 
+@pytest.mark.evidence  # P10's pools are shown on the model's mutant in make test; this edit is make evidence's
 def test_an_edited_0_34_profiling_that_leaves_the_wrappers_pools_alone_is_a_new_p10_class(tmp_path):
     """``profile_cudagraph_memory`` without its wrapper pool swap: the compiled pieces, bound to the
     global pool when compiled, capture memory profiling's graphs into it (P10, a pool its phase does

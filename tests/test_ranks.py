@@ -43,7 +43,7 @@ def test_a_step_is_judged_on_every_rank(served, weakest, what):
 def test_the_steps_pair_boundary_decode_batches_with_an_idle_rank_a_larger_one_and_a_prefill():
     steps = ranks.rank_steps(SizeSetting(16, 1))
     assert {ranks.step_kind(s) for s in steps} == {"decode+idle", "decode+decode", "decode+mixed"}
-    assert {s[0].num_reqs for s in steps} == {1, 2, 9, 15, 16}  # decode[16 // 2] holds 9 requests
+    assert {s[0].num_reqs for s in steps} == {1, 9, 16}  # decode[16 // 2] holds 9 requests
     assert all(s[1] == ranks.idle(SizeSetting(16, 1)) == Batch("idle", 2, 1) for s in steps if s[1].kind == "idle")
 
 
@@ -58,6 +58,7 @@ SKIP_SYNC = ("    if dp_size == 1:\n        return batch_desc, None\n",
              "    if dp_size == 1 or dp_rank == 1:\n        return batch_desc, None\n")
 
 
+@pytest.mark.evidence  # make test's size checks run the two ranks; this edit is make evidence's
 @pytest.mark.conformance
 def test_an_edited_0_34_tree_whose_rank_skips_the_sync_is_a_new_p9_hang_in_bounded_time(tmp_path):
     from vllm_envs import installed

@@ -43,14 +43,14 @@ def idle(s: SizeSetting) -> Batch:
 
 
 def rank_steps(s: SizeSetting) -> list[tuple[Batch, Batch]]:
-    """Per boundary decode batch of the grid (the smallest two, the middle one, the largest two):
+    """Per boundary decode batch of the grid (the smallest, the middle one, the largest):
     beside an idle rank, beside the next larger decode batch (the ranks pad to the larger), and
     beside a mixed batch of as many tokens (one rank prefills)."""
     every = list(batches(s))
     decode = [b for b in every if b.kind == "decode"]
     mixed = {b.num_tokens: b for b in every if b.kind == "mixed"}
     steps: list[tuple[Batch, Batch]] = []
-    for i in sorted({0, 1, len(decode) // 2, len(decode) - 2, len(decode) - 1} & set(range(len(decode)))):
+    for i in sorted({0, len(decode) // 2, len(decode) - 1} & set(range(len(decode)))):
         b = decode[i]
         steps.append((b, idle(s)))
         if i + 1 < len(decode):

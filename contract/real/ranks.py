@@ -1,23 +1,25 @@
 """Several data-parallel ranks as several processes joined by ``torch.distributed`` (gloo, on the
 loopback address only), each running vLLM's own code for its rank.
 
-``run(target, payload, world_size, timeout)`` starts ``world_size`` processes with
-``torch.multiprocessing``'s spawn (the start method ``torch.distributed`` launchers use) and joins
-them into one gloo group with a bounded timeout. Each process calls ``target(rank, world_size,
-payload)``, which sets vLLM up and then installs vLLM's DP group over that group
-(``install_dp_group``: a ``GroupCoordinator``, whose ``cpu_all_reduce_`` vLLM's DP sync calls,
-``34:distributed/parallel_state.py:1385-1387``), and sends back what it returns. A rank that does not answer within ``timeout`` (a collective some rank never joins) is
-reported as hung, and every process is killed: a disagreement ends as a reported hang, never as a
-stuck run. A long campaign spreads the same way over machines: ``torch.distributed`` takes
-``MASTER_ADDR`` from its launcher, and nothing here is specific to one host but the address.
+``run(target, payload, world_size, timeout_s, deadline_s)`` forks ``world_size`` processes with
+``torch.multiprocessing`` from a process that has set vLLM up (its platform chosen, a tree's
+modules in place), so every rank starts from that state at no cost, and joins them into one gloo
+group with a bound on every collective. Each process calls ``target(rank, world_size, payload)``,
+which installs vLLM's DP group over that group (``install_dp_group``: a ``GroupCoordinator``, whose
+``cpu_all_reduce_`` vLLM's DP sync calls, ``34:distributed/parallel_state.py:1385-1387``), and sends
+back what it returns. A rank that does not answer by the deadline is reported as hung and every
+process is killed: a disagreement ends as a reported hang, never as a stuck run. The ranks touch
+no device (the DP sync is vLLM's CPU all-reduce). A long campaign spreads the same way over
+machines: ``torch.distributed`` takes ``MASTER_ADDR`` from its launcher, and nothing here is
+specific to one host but the address.
 """
 
 from __future__ import annotations
 
-import importlib
 import queue
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 LOOPBACK = "127.0.0.1"
@@ -53,15 +55,14 @@ def install_dp_group(timeout_s: float) -> None:
     install_parallel_state()
 
 
-def _rank_main(rank: int, world_size: int, port: int, timeout_s: float, target: str, payload, answers) -> None:
+def _rank_main(rank: int, world_size: int, port: int, timeout_s: float, target: Callable, payload,
+               answers) -> None:
     import torch.distributed as dist
 
     try:
         dist.init_process_group("gloo", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
-        module, name = target.rsplit(":", 1)
-        result = getattr(importlib.import_module(module), name)(rank, world_size, payload)
-        answers.put((rank, "ok", result))
+        answers.put((rank, "ok", target(rank, world_size, payload)))
     except BaseException as exc:  # noqa: BLE001 - sent to the parent, which decides
         answers.put((rank, "error", f"{type(exc).__name__}: {exc}"))
     finally:
@@ -69,12 +70,13 @@ def _rank_main(rank: int, world_size: int, port: int, timeout_s: float, target: 
             dist.destroy_process_group()
 
 
-def run(target: str, payload, world_size: int, timeout_s: float, deadline_s: float) -> list:
-    """Per rank, what ``target`` (``"module:function"``) returned, or ``HUNG`` where it had not
-    answered ``deadline_s`` after the start; ``timeout_s`` bounds each collective."""
+def run(target: Callable, payload, world_size: int, timeout_s: float, deadline_s: float) -> list:
+    """Per rank, what ``target`` returned (plain data), or ``HUNG`` where it had not answered
+    ``deadline_s`` after the start; ``timeout_s`` bounds each collective. ``target`` and ``payload``
+    reach the ranks as they are in memory (forked, never pickled)."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     answers = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, timeout_s, target, payload, answers),

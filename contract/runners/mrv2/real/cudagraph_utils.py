@@ -79,16 +79,18 @@ def install(module, listener) -> None:
     manager.capture = capture
 
 
-def size_check_manager(session, vllm_config):
+def size_check_manager(session, vllm_config, device=None):
     """The manager the size checks dispatch against (``sizes.py``, ``dp_utils.py``), built as
-    ``initialize_kv_cache`` builds it, with the capture stood in for: every candidate is a graph."""
+    ``initialize_kv_cache`` builds it on ``device`` (default the session's), with the capture stood
+    in for: every candidate is a graph."""
     cc = vllm_config.compilation_config
     q = vllm_config.uniform_decode_query_len
     cls = session.cudagraph_utils.CudaGraphManager
+    device = session.torch_device if device is None else device
     if "decode_query_lens" in inspect.signature(cls.__init__).parameters:  # 0.34
-        manager = cls(vllm_config, session.torch_device, cc.cudagraph_mode,
+        manager = cls(vllm_config, device, cc.cudagraph_mode,
                       decode_query_lens=vllm_config.get_decode_cudagraph_query_lens(q))
     else:  # 0.33
-        manager = cls(vllm_config, session.torch_device, cc.cudagraph_mode, decode_query_len=q)
+        manager = cls(vllm_config, device, cc.cudagraph_mode, decode_query_len=q)
     manager._graphs_captured = True  # the capture is simulated: every candidate is a graph
     return manager

@@ -16,12 +16,10 @@ dummy branch (``34:v1/worker/gpu/model_runner.py:1863-1866,1387-1391``); the mod
 from __future__ import annotations
 
 import contextlib
-import os
-from pathlib import Path
 
 from contract.core.ranks import rank_steps
 from contract.core.sizes import DP_SIZE, SizeSetting
-from contract.real import logs, overlay, ranks, size_observer
+from contract.real import overlay, ranks, size_observer
 from contract.real.errors import first_line
 from contract.runners.mrv2.real.cudagraph_utils import size_check_manager
 
@@ -75,32 +73,28 @@ DEADLINE_S = 900.0  # the whole grid on every rank
 
 
 def serve_ranks(rank: int, world_size: int, payload: dict) -> dict:
-    """One rank's side of every setting (``payload["settings"]``), under the tree its parent runs
-    (``payload["tree"]``, ``overlay.py``): per setting ``{"served": [[mode, tokens] | ["raised", line],
-    ...]}`` per step of ``rank_steps``, or ``{"rejected": line}`` where vLLM refuses it (alike on every
-    rank); the records end at the first raise, after which the rank runs no collective. With them,
-    the tree's modules taken and its watched functions reached."""
-    logs.configure(verbose=os.environ.get("VLLM_LOGGING_LEVEL", "ERROR") != "ERROR")  # as the parent set it
-    finder = overlay.install(Path(payload["tree"]), payload["watch"]) if payload.get("tree") else None
-    from contract.runners.mrv2.real.replay import Session  # torch and vLLM: the rank's process only
-
-    session = Session()
-    ranks.install_dp_group(TIMEOUT_S)
+    """One rank's side of every setting (``payload["settings"]``), in a process forked from the
+    size check's (``payload["session"]``, a tree's modules included): per setting ``{"served":
+    [[mode, tokens] | ["raised", line], ...]}`` per step of ``rank_steps``, or ``{"rejected": line}``
+    where vLLM refuses it (alike on every rank); the records end at the first raise, after which the
+    rank runs no collective. With them, the watched functions of the tree the ranks reached."""
     from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 
-    records = _serve(session, rank, world_size, [SizeSetting.from_json(x) for x in payload["settings"]],
-                     dispatch_cg_and_sync_dp)
-    return {"records": records, "taken": finder.taken if finder else [],
-            "reached": sorted(finder.reached) if finder else []}
+    ranks.install_dp_group(TIMEOUT_S)
+    records = _serve(payload["session"], rank, world_size, payload["settings"], dispatch_cg_and_sync_dp)
+    finder = overlay.installed()
+    return {"records": records, "reached": sorted(finder.reached) if finder else []}
 
 
 def _serve(session, rank: int, world_size: int, settings: list[SizeSetting], dispatch_cg_and_sync_dp) -> list[dict]:
     """``serve_ranks``'s records, vLLM set up."""
+    import torch
+
     out = []
     for s in settings:
         try:
             vllm_config = size_observer._config(session, s)
-            manager = size_check_manager(session, vllm_config)
+            manager = size_check_manager(session, vllm_config, torch.device("cpu"))  # forked: no device
         except Exception as exc:  # noqa: BLE001 - the single-rank check reports start-up; here the setting is out
             out.append({"rejected": first_line(exc)})
             continue
@@ -121,21 +115,19 @@ def _serve(session, rank: int, world_size: int, settings: list[SizeSetting], dis
     return out
 
 
-def observe(settings: list[SizeSetting]) -> list[list[dict] | str]:
-    """Per rank, its records (``serve_ranks``), or ``ranks.HUNG``; the tree this process runs
-    under, if any, runs on every rank, and what it reached there counts as reached here."""
+def observe(session, settings: list[SizeSetting]) -> list[list[dict] | str]:
+    """Per rank, its records (``serve_ranks``), or ``ranks.HUNG``; what a tree's watched functions
+    the ranks reached counts as reached here."""
+    import vllm.v1.worker.gpu_worker  # noqa: F401 - imported once, before the ranks fork (idle_batch)
+
+    answers = ranks.run(serve_ranks, {"session": session, "settings": settings}, DP_SIZE, TIMEOUT_S, DEADLINE_S)
     finder = overlay.installed()
-    payload = {"settings": [s.to_json() for s in settings],
-               "tree": str(finder.tree) if finder else None,
-               "watch": {path: sorted(names) for path, names in finder.watch.items()} if finder else None}
-    answers = ranks.run(f"{__name__}:serve_ranks", payload, DP_SIZE, TIMEOUT_S, DEADLINE_S)
     out: list[list[dict] | str] = []
     for answer in answers:
         if answer == ranks.HUNG:
             out.append(ranks.HUNG)
             continue
         if finder is not None:
-            finder.taken.extend(m for m in answer["taken"] if m not in finder.taken)
             finder.reached.update(answer["reached"])
         out.append(answer["records"])
     return out

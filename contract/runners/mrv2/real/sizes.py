@@ -35,7 +35,7 @@ def observe(session, settings: list[SizeSetting]) -> list[dict]:
     """``size_observer.observe`` with MRV2's manager, and each setting on two DP ranks
     (``dp_utils.py``): a record's ``ranks`` holds each rank's record, or ``ranks.HUNG``."""
     records = size_observer.observe(session, settings, size_check_manager, _served)
-    per_rank = dp_utils.observe(settings)
+    per_rank = dp_utils.observe(session, settings)
     for i, record in enumerate(records):
         record["ranks"] = [r[i] if isinstance(r, list) and i < len(r) else
                            {"served": []} if isinstance(r, list) else ranks.HUNG for r in per_rank]
