@@ -162,7 +162,7 @@ def test_0_34_draft_prefill_takes_varlen_graphs_a_draft_only_backend_cannot_repl
     p7 = explored("mrv2_0_34").classes_of("P7")
     assert len(p7) == 1
     c = p7[0]
-    assert (c.signature.role, c.signature.runtime_mode) == ("drafter", "FULL") and c.severity is Severity.WRONG_RESULT
+    assert (c.signature.role, c.signature.runtime_mode) == ("drafter", "FULL") and c.severity is Severity.UNSUPPORTED_SHAPE
     assert c.where == ("drafter WITH_MODEL + attention support UNIFORM_BATCH + adaptive_verification on + "
                        "that support on the draft layers only on")
     assert "decode batches of 1..2 tokens per request" in c.message

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contract.evidence import model_facts, reach, repro_check
-from contract.evidence.release_facts import support_by_capability
+from contract.evidence.release_facts import adaptive_refused, support_by_capability
 from vllm_envs import per_kind, release_source, require
 
 # One worker runs the module, so each release's child process runs once for its four tests.
@@ -59,12 +59,15 @@ def test_wrong_commands_are_caught(release):
     assert {"runner variable flipped", "cudagraph_mode changed"} <= labels
     if release in ("0.33.0", "0.34.0"):  # the class page that named an EAGLE-3 head
         assert "EAGLE-3 head where the scenario needs an uncompiled draft" in labels
+    if release == "0.34.0":  # the crash's command that named a FlashInfer draft
+        assert "FlashInfer draft under adaptive verification" in labels
 
 
 @pytest.mark.conformance
 @pytest.mark.parametrize("release", RUN)
 def test_committed_support_by_gpu_is_the_release_code(release):
     assert run(release).support_table == support_by_capability(release)
+    assert run(release).adaptive_refused == adaptive_refused(release)
 
 
 @pytest.mark.conformance

@@ -27,10 +27,12 @@ MTP_UNCOMPILED = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, un
 
 def test_every_page_is_reproduced_or_labelled():
     pages = repro_check.pages(ROOT / "reports")
-    assert len(pages) == len(list((ROOT / "reports").glob("*/classes/*.json"))) + len(list((ROOT / "reports").glob("*/P*.json")))
+    assert len(pages) == len(list((ROOT / "reports").glob("*/classes/*.json"))) + len(list((ROOT / "reports").glob("*/P*.json"))) \
+        + len(list((ROOT / "reports" / "root-causes").glob("*.md")))
     for page in pages:
         if not page.commands:
-            assert page.reason.startswith(("not reachable with the public models of", "no reproduction on")), page
+            assert page.reason.startswith(("not reachable with the public models of", "no reproduction on")) \
+                or page.path.startswith("root-causes/") and page.reason.startswith("vLLM "), page
             continue
         for command in page.commands:
             plan = command.plan
@@ -139,7 +141,8 @@ def _observed(plan: reach.Plan) -> dict:
             "cudagraph_mode": post.cudagraph_mode.name, "compilation_mode": post.compilation_mode.name,
             "splitting_ops_contain_attention": post.splitting_ops_contain_attention, "speculative": spec,
             "extensible_kv_cache": True, "architecture": "Glm4MoeForCausalLM", "attention_backend": plan.backend,
-            "attention_support": {c: s.attention_support.name for c in plan.capabilities}}
+            "attention_support": {c: s.attention_support.name for c in plan.capabilities}, "refused_on": {},
+            "quantization": "fp8" if "--quantization" in plan.extra else None}
 
 
 @pytest.mark.parametrize("key, value, line", [
@@ -151,6 +154,8 @@ def _observed(plan: reach.Plan) -> dict:
     ("splitting_ops_contain_attention", False, "splitting_ops contain attention"),
     ("attention_backend", "FLASHINFER", "attention backend: scenario TRITON_ATTN, vLLM FLASHINFER"),
     ("attention_support", {"9.0": "UNIFORM_BATCH"}, "attention_support: scenario ALWAYS"),
+    ("refused_on", {"9.0": "draft: not valid"}, "attention backend selection: vLLM refuses it on compute capability 9.0"),
+    ("quantization", None, "quantization: scenario fp8, vLLM None"),
     ("extensible_kv_cache", False, "extensible_kv_cache: scenario True, vLLM False"),
     ("architecture", "Qwen3ForCausalLM", None),  # compiled as well: nothing the scenario names differs
     ("speculative", None, "drafter: scenario WITH_MODEL, vLLM has no speculative config"),

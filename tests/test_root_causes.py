@@ -13,6 +13,7 @@ from contract.core.scenario import Runner
 from contract.evidence import root_causes as rc
 from contract.evidence import severity
 from contract.evidence.permalinks import parse
+from contract.reports import first_screen
 from contract.reports import root_causes as pages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,7 +272,7 @@ def test_every_fix_names_its_kind_anchors_and_the_rows_its_test_covers():
     known = rc.load_known(ROOT)
     assert len(known) == len(list((ROOT / "fixes").glob("*/fix.json"))) >= 8
     for k in known:
-        assert k.anchors and k.kind.get("property") and k.covers, k.id
+        assert (k.anchors or k.unread) and k.kind.get("property") and k.covers, k.id
         assert set(k.runners) <= {"MRV1", "MRV2"} and {r for r, _ in k.covers} <= set(k.runners), k.id
         assert set(k.expected.values()) <= {"fail", "pass", "skip"}, k.id
 
@@ -299,3 +300,69 @@ def test_every_anchor_is_a_statement_of_its_function_in_some_release():
                 traced = [d["vllm"] for d in rc.traced(ROOT / "reports" / "conformance")
                           if d["vllm"] not in sources and a.statement in json.dumps(d)]
                 assert traced, (k.id, a.function, a.statement)
+
+
+# -- the first screen and the deciding line ---------------------------------------------------------
+
+def test_every_root_cause_page_opens_with_what_a_maintainer_decides_on():
+    """Title in a user's words, severity, measured impact, the command (or why none), the expected
+    symptom, affected releases and runners, the fix, within the first 25 lines."""
+    for page in sorted((REPORTS / pages.FOLDER).glob("*.md")):
+        head = page.read_text(encoding="utf-8").splitlines()[:first_screen.SCREEN]
+        text = "\n".join(head)
+        title = head[0]
+        assert title.startswith("# ") and page.stem not in title and "deciding statement" not in title, page.name
+        assert re.search(r"\*\*(crash|wrong|unsupported|memory|graph|silent|log)[^*]*\*\*", head[2]), page.name
+        for field_name in ("Impact (measured)", "Affected", "Reproduce", "Expected", "Fix", "Deciding line"):
+            assert f"**{field_name}" in text, (page.name, field_name)
+        if "```bash" in text:
+            assert "vllm serve" in text and "**Checked** on vLLM" in text, page.name
+        runners = re.search(r"\*\*Affected:\*\* (.*)", text).group(1)
+        if "MRV2" not in runners:
+            assert "**backport only**" in runners, page.name
+
+
+def test_fix_edits_are_the_statements_each_patch_edits_inside_its_hunks():
+    from contract.evidence import fix_edits, since
+
+    found = since.sources(ROOT)
+    if not found:
+        pytest.skip("no release source at hand")
+    for folder in sorted(p.parent for p in (ROOT / "fixes").glob("*/fix.json")):
+        data = json.loads((folder / "fix.json").read_text())
+        assert fix_edits.computed(folder, found) == {r: e for r, e in data["fix_edits"].items() if r in found}, \
+            f"{folder.name}: run python -m contract.evidence.fix_edits"
+        for release, edits in data["fix_edits"].items():
+            patch = (folder / data["patches"][release]).read_text()
+            assert edits and all(fix_edits.inside(fix_edits.Edit(**e), patch) for e in edits), (folder.name, release)
+
+
+def test_the_deciding_line_is_in_the_fix_and_duplicates_merge():
+    views = pages.build(REPORTS / "conformance", ROOT)
+    known = [v for v in views if v.cause.known is not None and v.cause.known.patches]
+    assert known and all(first_screen.deciding_line(v.cause.known) for v in known)
+    # the two P7 classes of 0.34.0 and the P8 ones are one root cause each, of fixes/
+    by_kind = {}
+    for v in views:
+        by_kind.setdefault(v.cause.kind["property"], []).append(v.id)
+    assert by_kind["P7"] == ["mrv2-draft-varlen-graphs-unchecked"]
+    assert by_kind["P8"] == ["mrv2-draft-graphs-under-spec-enforce-eager"]
+    assert all(v.cause.known is not None for v in views)
+
+
+def test_fix_edits_reads_the_statement_a_pure_addition_lands_in():
+    from contract.evidence import fix_edits
+
+    source = "def f(x):\n    y = g(\n        x,\n        1,\n    )\n    return y\n"
+    patch = ("--- a/vllm/m.py\n+++ b/vllm/m.py\n@@ -2,4 +2,5 @@\n     y = g(\n         x,\n         1,\n"
+             "+        2,\n     )\n")
+    hunk, = fix_edits.hunks(patch)
+    assert (hunk.path, hunk.old_start, hunk.first_change) == ("m.py", 2, 4)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "m.py").write_text(source)
+        edit, = fix_edits.edits(patch, Path(tmp))
+    assert (edit.function, edit.line, edit.end, edit.text) == ("f", 2, 5, "y = g(x, 1,)")
+    assert fix_edits.inside(edit, patch)
+    assert not fix_edits.inside(fix_edits.Edit("m.py", "f", 6, 6, "return y"), patch)

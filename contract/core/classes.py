@@ -13,8 +13,8 @@ accepted rejection: the latter is no class, and is enumerated apart (``rejection
 can list what vLLM refuses and why.
 
 Every class has a **severity** (``Severity``), from what a user of vLLM would see, worst first:
-a crash at start-up, a crash when serving, a wrong result, graph memory the KV cache sizing left
-out, a graph the configuration rules out, a graph captured at serving time, a silent eager fallback
+a crash at start-up, a crash when serving, a wrong result, a FULL graph of a shape its attention
+backend does not state it supports (result unverified), graph memory the KV cache sizing left out, a graph the configuration rules out, a graph captured at serving time, a silent eager fallback
 (with the share of the scenario's serving dispatches it affects), a log line only. Classes are sorted by it everywhere they are listed.
 """
 
@@ -68,15 +68,19 @@ class Severity(enum.Enum):
     CRASH_START_UP = (0, "crash at start-up")
     CRASH_SERVING = (1, "crash when serving")
     WRONG_RESULT = (2, "wrong result")
+    # A FULL graph for batches outside what the backend states it supports
+    # (``AttentionCGSupport``'s docstrings, ``v1/attention/backend.py``): the backend says it does
+    # not support the shape, not that the replay computes a wrong result, and no run checked it.
+    UNSUPPORTED_SHAPE = (3, "unsupported shape, result unverified")
     # The KV cache is sized from an estimate that misses graphs capture_model then allocates: out of
     # memory at capture where the budget is tight (vLLM #49224), or memory reserved for nothing.
-    MEMORY = (3, "memory")
+    MEMORY = (4, "memory")
     # A graph the user's configuration rules out: it serves unless it cannot be captured at all,
     # the reason such a setting exists (a drafter that must run eagerly), then vLLM stops.
-    UNWANTED_GRAPH = (4, "graph the configuration rules out")
-    RUNTIME_CAPTURE = (5, "graph captured at serving time")
-    EAGER_FALLBACK = (6, "silent eager fallback")
-    LOG_ONLY = (7, "log only")
+    UNWANTED_GRAPH = (5, "graph the configuration rules out")
+    RUNTIME_CAPTURE = (6, "graph captured at serving time")
+    EAGER_FALLBACK = (7, "silent eager fallback")
+    LOG_ONLY = (8, "log only")
 
     @property
     def rank(self) -> int:
@@ -101,7 +105,9 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
         return Severity.CRASH_SERVING if not event_kind or phase(event_kind) == "serving" else Severity.CRASH_START_UP
     if p == "lost graphs":  # a differential's lost graphs: batches the base served run eagerly
         return Severity.EAGER_FALLBACK
-    if p in ("P7", "P2") or (p == "P5" and what == CROSS_MODE_REPLAY):
+    if p == "P7":
+        return Severity.UNSUPPORTED_SHAPE
+    if p == "P2" or (p == "P5" and what == CROSS_MODE_REPLAY):
         return Severity.WRONG_RESULT
     if p in ("P4", "P5"):
         return Severity.RUNTIME_CAPTURE

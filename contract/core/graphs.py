@@ -133,16 +133,25 @@ def model_coverage(scenario: Scenario, policy) -> Coverage:
     return coverage(run_script(scenario, policy))
 
 
-def affected_share(records: list[StepRecord], scenario: Scenario, runner, sig) -> float | None:
-    """The share of the script's serving dispatches that show ``sig`` (a class's signature)."""
+def affected_by_kind(records: list[StepRecord], scenario: Scenario, runner, sig) -> dict[str, tuple[int, int]]:
+    """Per dispatch kind, how many of the script's serving dispatches show ``sig`` (a class's
+    signature), of how many."""
     from contract.core.classes import signature
     from contract.core.properties import check
 
-    total = hit = 0
+    out: dict[str, tuple[int, int]] = {}
     for r in records:
         shown = {v.dispatch for v in check(r, scenario, runner) if v.dispatch is not None and signature(v, r) == sig}
         for i, d in enumerate(r.dispatches):
-            if dispatch_kind(r.event, d) is not None:
-                total += 1
-                hit += i in shown
-    return hit / total if total else None
+            kind = dispatch_kind(r.event, d)
+            if kind is not None:
+                hit, total = out.get(kind, (0, 0))
+                out[kind] = (hit + (i in shown), total + 1)
+    return out
+
+
+def affected_share(records: list[StepRecord], scenario: Scenario, runner, sig) -> float | None:
+    """The share of the script's serving dispatches that show ``sig`` (a class's signature)."""
+    counts = affected_by_kind(records, scenario, runner, sig).values()
+    total = sum(t for _, t in counts)
+    return sum(h for h, _ in counts) / total if total else None

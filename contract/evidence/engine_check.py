@@ -12,11 +12,15 @@ method, its token count, ``enforce_eager``, adaptive verification, the speculato
 the extensible KV cache, the target and draft architectures, the attention backend, and the
 ``AttentionCGSupport`` the backend's metadata builder reports for this model at each GPU compute
 capability (``get_builder_cls().get_cudagraph_support(vllm_config, kv_cache_spec)``, run on a
-platform that answers that capability).
+platform that answers that capability), and the capabilities on which vLLM's backend selection
+(``get_attn_backend``) refuses the target's or the draft model's backend under this config, as
+it does at model load (adaptive verification needs backends that accept trimmed device query
+lengths).
 
 Stand-ins, each a question vLLM asks of the machine rather than a rule of the contract:
 the CUDA platform (``contract.real.platform``, its ``get_device_capability`` answering the
-capability under test); the model's Hugging Face ``config.json`` from ``hf_configs/`` in an
+capability under test, and its ``get_attn_backend_cls`` the branch ``platforms/cuda.py`` takes for
+a named backend); the model's Hugging Face ``config.json`` from ``hf_configs/`` in an
 offline Hugging Face cache (``HF_HUB_OFFLINE=1``: nothing is downloaded, no weights, no tokenizer);
 the registry's model inspection, run in-process (vLLM runs it in a fresh interpreter, which would
 not see the simulated platform); ``vllm.vllm_flash_attn.flash_attn_interface``, the compiled
@@ -25,8 +29,9 @@ FlashAttention library, whose ``is_fa_version_supported`` answers per capability
 compares with the world size); Triton's presence (``HAS_TRITON``, which ``VllmConfig`` asks
 before choosing Model Runner V2); whether FlashInfer's TRT-LLM kernels can be fetched
 (``has_nvidia_artifactory()``, otherwise a network request; no unless a command says so); and the
-``flashinfer`` and ``torchvision`` packages, whose names the FlashInfer backend and Llama 4's model
-module import but which no config or support level calls (:class:`_StubLibrary`).
+``flashinfer``, ``torchvision`` and ``compressed_tensors`` packages, whose names the FlashInfer
+backend, Llama 4's model module and the quantization registry (reached by ``--quantization fp8``)
+import but which no config or support level calls (:class:`_StubLibrary`).
 
 The parent (:func:`check`) writes the request, runs the child and validates the JSON it writes;
 :func:`compare` turns a result into one line per setting that differs from the scenario.
@@ -60,7 +65,7 @@ SNAPSHOT = "0" * 40
 # Fields a result's "observed" holds (the parent refuses a result without them).
 OBSERVED = ("runner", "breakable", "ubatching", "cudagraph_mode", "compilation_mode",
             "splitting_ops_contain_attention", "speculative", "extensible_kv_cache", "architecture",
-            "attention_backend", "attention_support")
+            "attention_backend", "attention_support", "refused_on", "quantization")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,6 +190,7 @@ def compare(plan, result: Result) -> list[str]:
     differs("compilation mode after post_init", post.compilation_mode.name, o["compilation_mode"])
     differs("splitting_ops contain attention", post.splitting_ops_contain_attention, o["splitting_ops_contain_attention"])
     differs("attention backend", plan.backend, o["attention_backend"])
+    differs("quantization", "fp8" if "--quantization" in plan.extra else None, o["quantization"])
     support = o["attention_support"]
     if not isinstance(support, dict):
         out.append(f"attention_support: {support}")
@@ -197,6 +203,10 @@ def compare(plan, result: Result) -> list[str]:
             out.append(f"attention_support: scenario {expected} (the target's) on compute capability "
                        f"{', '.join(plan.capabilities) or '(none)'}, vLLM "
                        + ", ".join(f"{level} on {c}" for c, level in wrong.items()))
+    refused = {c: why for c, why in o["refused_on"].items() if c in plan.capabilities}
+    if refused:
+        out.append("attention backend selection: vLLM refuses it on compute capability "
+                   + "; ".join(f"{c}: {why}" for c, why in refused.items()))
     facts = model_facts.committed().get(release)
     target = facts.target(o["architecture"]) if facts else None
     status = target.status if target else "unknown"
@@ -237,6 +247,8 @@ PRE_IMPORTS = (
     "vllm.config",
     "vllm.engine.arg_utils",
     "vllm.v1.attention.backend",
+    "vllm.v1.attention.selector",
+    "vllm.compilation.backends",  # the selector reads its model_tag
     "vllm.model_executor.model_loader",
     "vllm.model_executor.models.registry",
     "vllm.model_executor.layers.attention.chunked_local_attention",
@@ -246,6 +258,19 @@ PRE_IMPORTS = (
     "vllm.v1.attention.backends.flex_attention",
 )
 GPUS = 8
+# --quantization fp8's modules, whose class bodies ask vllm._C whether CUTLASS has FP8
+# (``34:model_executor/layers/quantization/online/fp8.py:201``); the ones a release has.
+QUANTIZATION_IMPORTS = ("vllm.model_executor.layers.quantization.fp8",
+                        "vllm.model_executor.layers.quantization.online.base")
+
+
+def present(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``modules`` this vLLM installation has, found by file, without importing anything."""
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("vllm").origin).parent.parent
+    return tuple(m for m in modules if (root / (m.replace(".", "/") + ".py")).is_file()
+                 or (root / m.replace(".", "/") / "__init__.py").is_file())
 
 
 def model_modules(release: str) -> tuple[str, ...]:
@@ -313,7 +338,7 @@ class _StubLibrary:
     attention backend modules import names from them at module level, and the support levels
     read here never call them. Every name is a placeholder class."""
 
-    PACKAGES = ("flashinfer", "torchvision")
+    PACKAGES = ("flashinfer", "torchvision", "compressed_tensors")
 
     def find_spec(self, name, path=None, target=None):
         import importlib.machinery
@@ -496,6 +521,55 @@ def _support(plat, vllm_config, capabilities) -> dict[str, str] | str:
     return out
 
 
+def _selection_stand_in(plat) -> None:
+    """``CudaPlatform.get_attn_backend_cls``'s branch for a named backend (``platforms/cuda.py``,
+    ``34:platforms/cuda.py:471-490``): the backend's own ``validate_configuration`` at the
+    capability under test, a ``ValueError`` naming its reasons when it has any. The module itself
+    cannot be imported without a GPU; every command names its backend, so the other branch (the
+    priority list) is never asked."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+        backend_class = AttentionBackendEnum[selected_backend.name].get_class()
+        reasons = backend_class.validate_configuration(device_capability=cls.get_device_capability(),
+                                                       **attn_selector_config._asdict())
+        if reasons:
+            raise ValueError(f"Selected backend {selected_backend} is not valid for this configuration. "
+                             f"Reason: {reasons}")
+        return f"{backend_class.__module__}.{backend_class.__qualname__}"
+
+    type(plat).get_attn_backend_cls = classmethod(get_attn_backend_cls)
+
+
+def _refused(plat, vllm_config, capabilities) -> dict[str, str]:
+    """Per capability, vLLM's refusal to select the target's or the draft model's attention backend
+    (``v1/attention/selector.py``, ``get_attn_backend``, which reads adaptive verification from the
+    config), as the model's layers ask for it at load; absent where both are accepted."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention import selector
+
+    roles = [("target", vllm_config, vllm_config.model_config)]
+    spec = vllm_config.speculative_config
+    if spec is not None and getattr(spec, "draft_model_config", None) is not None:
+        draft = spec.apply_draft_overrides(vllm_config) if hasattr(spec, "apply_draft_overrides") else vllm_config
+        roles.append(("draft", draft, spec.draft_model_config))
+    out = {}
+    for capability in capabilities:
+        _set_capability(plat, capability)
+        for role, config, model in roles:
+            if role == "draft" and getattr(spec, "attention_backend", None) is None and draft is vllm_config:
+                continue
+            selector._cached_get_attn_backend.cache_clear()
+            try:
+                with set_current_vllm_config(config):
+                    selector.get_attn_backend(model.get_head_size(), model.dtype, config.cache_config.cache_dtype,
+                                              use_mla=model.use_mla)
+            except ValueError as exc:
+                out.setdefault(capability, f"{role}: {' '.join(str(exc).split())[:300]}")
+    _set_capability(plat, "9.0")
+    return out
+
+
 def _observe(release: str, plat, vllm_config) -> dict:
     cc = vllm_config.compilation_config
     runner = "MRV2"
@@ -533,6 +607,8 @@ def _observe(release: str, plat, vllm_config) -> dict:
         "architecture": vllm_config.model_config.architectures[0],
         "attention_backend": backend.name if backend is not None else None,
         "attention_support": _support(plat, vllm_config, CAPABILITIES),
+        "refused_on": _refused(plat, vllm_config, CAPABILITIES) if backend is not None else {},
+        "quantization": vllm_config.model_config.quantization,
     }
 
 
@@ -545,7 +621,7 @@ def run(request: dict) -> dict:
     sys.meta_path.insert(0, _StubLibrary())
     # Imports that must not see the CUDA platform happen inside activate, before the flip: the
     # fixed list and the model modules of every stored checkpoint and its MTP draft.
-    plat = platform.activate(PRE_IMPORTS + model_modules(release))
+    plat = platform.activate(PRE_IMPORTS + present(QUANTIZATION_IMPORTS) + model_modules(release))
     # A machine with GPUs enough for any command (ParallelConfig checks the world size fits).
     type(plat).device_count = classmethod(lambda cls: GPUS)
     # Triton ships with vLLM on CUDA; VllmConfig asks before choosing Model Runner V2
@@ -561,6 +637,7 @@ def run(request: dict) -> dict:
     # which would not have the simulated platform: inspect in this one.
     registry._run_in_subprocess = lambda fn: fn()
     _install_fa_stub()
+    _selection_stand_in(plat)
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -600,32 +677,64 @@ def run(request: dict) -> dict:
             "timings": {"start": round(activated - started, 2), "commands": round(time.monotonic() - activated, 2)}}
 
 
-def support_table(release: str, python: Path) -> dict[str, dict[str, dict[str, str]]]:
-    """``release_facts.SUPPORT_VARIANTS`` run on ``release``: backend -> variant -> capability -> level."""
+def support_requests() -> list[Request]:
+    """The commands behind ``release_facts.json``'s tables: each of ``release_facts.SUPPORT_VARIANTS``
+    alone, then with an EAGLE-3 draft under adaptive verification (the draft on the same backend)."""
+    from contract.evidence.reach import EAGLE_HEAD
     from contract.evidence.release_facts import SUPPORT_MODEL, SUPPORT_VARIANTS, variant_key
 
-    requests = []
+    adaptive = json.dumps({"method": "eagle3", "model": EAGLE_HEAD, "num_speculative_tokens": 1,
+                           "enable_adaptive_verification": True})
+    out = []
     for backend, config, cubins in SUPPORT_VARIANTS:
         argv = [SUPPORT_MODEL, "--max-model-len", "4096", "--attention-backend", backend]
         if config:
             argv += ["--attention-config", json.dumps(config)]
-        requests.append(Request(f"{backend} {variant_key(config, cubins)}", {}, argv, bool(cubins)))
-    results, _ = check(release, python, requests)
-    table: dict[str, dict[str, dict[str, str]]] = {}
-    for (backend, config, cubins), r in zip(SUPPORT_VARIANTS, results):
-        if r.error is not None or not isinstance(r.observed["attention_support"], dict):
-            raise CheckError(f"{r.id} on vLLM {release}: {r.error or r.observed['attention_support']}")
-        table.setdefault(backend, {})[variant_key(config, cubins)] = r.observed["attention_support"]
-    return table
+        key = f"{backend} {variant_key(config, cubins)}"
+        out.append(Request(key, {}, argv, bool(cubins)))
+        out.append(Request(f"{key} adaptive", {}, argv + ["--speculative-config", adaptive], bool(cubins)))
+    return out
+
+
+def support_tables(results: list[Result]) -> tuple[dict, dict]:
+    """From the results of ``support_requests()``, in order: backend -> variant -> capability ->
+    level (an error stands for the level), and backend -> variant -> the capabilities on which vLLM
+    refuses to select the backend under adaptive verification; where vLLM refuses adaptive
+    verification itself for an EAGLE-3 draft, that refusal (``{"refused": message}``)."""
+    from contract.evidence.release_facts import SUPPORT_VARIANTS, variant_key
+
+    table: dict[str, dict] = {}
+    refused: dict = {}
+    for (backend, config, cubins), r, a in zip(SUPPORT_VARIANTS, results[::2], results[1::2]):
+        key = variant_key(config, cubins)
+        table.setdefault(backend, {})[key] = r.observed["attention_support"] if r.observed else r.error
+        if a.observed is not None and a.observed["speculative"]["enable_adaptive_verification"]:
+            refused.setdefault(backend, {})[key] = [c for c in CAPABILITIES if c in a.observed["refused_on"]]
+    if not refused:
+        errors = {a.error for a in results[1::2] if a.error}
+        refused = {"refused": min(errors)[:300]} if errors else {}
+    return table, refused
+
+
+def support_table(release: str, python: Path) -> tuple[dict, dict]:
+    """``support_tables`` run on ``release``; CheckError where a level could not be read."""
+    results, _ = check(release, python, support_requests())
+    table, refused = support_tables(results)
+    bad = [f"{b} {v}: {level}" for b, variants in table.items() for v, level in variants.items()
+           if not isinstance(level, dict)]
+    if bad:
+        raise CheckError(f"on vLLM {release}: {'; '.join(bad)}")
+    return table, refused
 
 
 def write_support_table(release: str, python: Path) -> None:
     from contract.evidence.release_facts import TABLE
     from contract.core.output import write_atomic
 
-    table = support_table(release, python)
+    table, refused = support_table(release, python)
     data = json.loads(TABLE.read_text())
     data.setdefault(release, {})["support_by_capability"] = table
+    data[release]["adaptive_refused_by_capability"] = refused
     write_atomic(TABLE, json.dumps(dict(sorted(data.items())), indent=1) + "\n")
 
 

@@ -39,6 +39,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contract.evidence import weights
+from contract.evidence.release_facts import adaptive_refused, support_by_capability
 from contract.core.scenario import ConfigRevision, DrafterKind, Runner, Scenario, Speculator, SplittingOps
 
 HF_CONFIGS = Path(__file__).with_name("hf_configs")
@@ -118,6 +120,13 @@ class Plan:
     capabilities: tuple[str, ...] = ()  # compute capabilities on which the attention level holds
     draft: str | None = None  # the draft checkpoint (MTP: the target itself)
     notes: tuple[str, ...] = ()
+    gpus: int = 1  # GPUs the command needs (DBO: data parallelism over 2)
+    weights: str = ""  # weights.fit's check, as a page states it
+    fits: bool = True  # whether the weights fit the GPUs (one 141 GB GPU each)
+
+    @property
+    def one_gpu(self) -> bool:
+        return self.gpus == 1 and self.fits
 
     def argv(self, compilation: dict, skip_memory_profile_bytes: int | None = None) -> list[str]:
         argv = [self.model, "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(MAX_NUM_SEQS),
@@ -153,14 +162,22 @@ def _minor(release: str) -> int:
 def capabilities_for(level: str, release: str) -> tuple[str, ...]:
     """The compute capabilities on which ``LEVEL_BACKEND[level]`` reports ``level`` in ``release``
     (``release_facts.json``, ``support_by_capability``); () when the table lacks the release."""
-    from contract.evidence.release_facts import support_by_capability
-
     backend, config = LEVEL_BACKEND[level]
     table = support_by_capability(release).get(backend, {})
     levels = table.get(variant_name(config), {})
     if level == "NEVER":  # any capability: the chunked local builder answers NEVER itself
         return tuple(levels)
     return tuple(cap for cap, got in levels.items() if got == level)
+
+
+def _refused_under_adaptive(release: str, backends, attention_config: dict) -> set[str]:
+    """The compute capabilities on which vLLM refuses any of ``backends`` (None: no backend) for a
+    model under adaptive verification with this ``--attention-config``."""
+    table = adaptive_refused(release)
+    out: set[str] = set()
+    for backend in filter(None, backends):
+        out |= set(table.get(backend, {}).get(variant_name(attention_config), ()))
+    return out
 
 
 def variant_name(attention_config: dict) -> str:
@@ -215,6 +232,19 @@ def reach(s: Scenario, release: str) -> Reach:
     if not caps:
         return not_reachable(release, f"no NVIDIA GPU makes {backend} report {level} with --attention-config "
                                       f"{variant_name(attention_config)} (release_facts.json support_by_capability)")
+    if s.adaptive_verification:
+        if "refused" in adaptive_refused(release):
+            return not_reachable(release, "vLLM refuses adaptive verification for an EAGLE-3 draft: "
+                                          f"'{adaptive_refused(release)['refused']}' (release_facts.json)")
+        refused = _refused_under_adaptive(release, (backend, draft_backend), attention_config)
+        kept = tuple(c for c in caps if c not in refused)
+        if not kept:
+            return not_reachable(release, f"on the GPUs where {draft_backend or backend} reports "
+                                          f"{s.attention_support.name} ({', '.join(caps)}), vLLM refuses to select it "
+                                          "under adaptive verification: 'device-cpu query lens mismatch not supported, "
+                                          "this is needed for adaptive verification' (the backend's "
+                                          "validate_configuration; release_facts.json adaptive_refused_by_capability)")
+        caps = kept
 
     stored = checkpoints()
     with_model = s.drafter is DrafterKind.WITH_MODEL
@@ -279,8 +309,13 @@ def reach(s: Scenario, release: str) -> Reach:
     if level != "ALWAYS":
         notes.append(f"{backend}{' with --attention-config ' + json.dumps(attention_config) if attention_config else ''} "
                      f"reports {level} on compute capability {', '.join(caps)}")
+    gpus_needed = 2 if s.ubatching else 1
+    loaded = [(model, draft == model)] + ([(draft, False)] if draft is not None and draft != model else [])
+    fit = weights.fit(loaded, release, expert_parallel=gpus_needed)
+    if fit.fp8:
+        extra += ["--quantization", "fp8"]
     return Reach(True, "", Plan(release, s, tuple(env), model, backend, dict(attention_config), speculative,
-                                tuple(extra), caps, draft, tuple(notes)))
+                                tuple(extra), caps, draft, tuple(notes), gpus_needed, fit.text, fit.fits))
 
 
 def _drafter(s: Scenario, release: str, facts, stored: dict[str, Checkpoint]):

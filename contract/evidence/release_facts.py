@@ -259,6 +259,12 @@ def support_by_capability(release: str) -> dict[str, dict[str, dict[str, str]]]:
     return data.get("support_by_capability", {})
 
 
+def adaptive_refused(release: str) -> dict[str, dict[str, list[str]]]:
+    """backend -> variant key -> the compute capabilities on which vLLM refuses the backend for a
+    model under adaptive verification (``engine_check.support_table``), as committed."""
+    return json.loads(TABLE.read_text()).get(release, {}).get("adaptive_refused_by_capability", {})
+
+
 def span(capabilities) -> str:
     """``9.0 and newer`` / ``8.0 to 8.9`` / ``every compute capability`` / a list, over the evaluated ones."""
     known = list(CAPABILITY_GPUS)
@@ -315,7 +321,8 @@ def main(argv: list[str]) -> int:
         print(f"error: cannot read vLLM {release}'s source at {root}: {exc}", file=sys.stderr)
         return 2
     data = json.loads(TABLE.read_text()) if TABLE.exists() else {}
-    kept = {k: v for k, v in data.get(release, {}).items() if k == "support_by_capability"}
+    kept = {k: v for k, v in data.get(release, {}).items()
+            if k in ("support_by_capability", "adaptive_refused_by_capability")}
     data[release] = {**to_json(facts), **kept}
     text = json.dumps(dict(sorted(data.items())), indent=1) + "\n"
     from contract.core.output import write_atomic

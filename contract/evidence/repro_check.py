@@ -2,7 +2,8 @@
 
 For each violation page under ``reports/`` (``*/P*.json`` and ``*/classes/*.json``), the page's
 release (``matrix.witness_release``) and the commands ``serve.markdown`` writes for its witness (the
-default start-up, and the ``--kv-cache-memory-bytes`` one where the page shows it too) are checked
+default start-up, and the ``--kv-cache-memory-bytes`` one where the page shows it too), and the
+command each root-cause page leads with (``reproduction.choose``), are checked
 by ``engine_check`` in one child process per release, and the settings vLLM builds are compared with
 the scenario's (``engine_check.compare``); a scenario no stored checkpoint reaches is listed with
 ``reach``'s reason instead. The same child runs *mutants*, page commands with one setting made
@@ -23,8 +24,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.evidence import engine_check, matrix, reach, serve
-from contract.evidence.release_facts import SUPPORT_MODEL, SUPPORT_VARIANTS, committed, variant_key
+from contract.evidence import engine_check, matrix, reach, reproduction, serve
+from contract.evidence import root_causes as rc
+from contract.evidence.matrix import RELEASES
+from contract.evidence.release_facts import adaptive_refused, committed, support_by_capability
 from contract.families import load_policy
 from contract.core.trace import load
 
@@ -52,10 +55,18 @@ def pages(reports: Path) -> list[Page]:
         if not found.reachable:
             out.append(Page(rel, release, (), found.reason))
             continue
-        commands = [serve.command(trace.scenario, facts[release])]
-        if serve.default_path_fails(trace, load_policy(trace.policy)) is False:
-            commands.append(serve.command(trace.scenario, facts[release], skip_memory_profile=True))
-        out.append(Page(rel, release, tuple(commands), ""))
+        out.append(Page(rel, release, tuple(serve.reproductions(trace, load_policy(trace.policy), facts[release])), ""))
+    return out + root_cause_pages(Path(reports), conformance)
+
+
+def root_cause_pages(reports: Path, conformance: dict) -> list[Page]:
+    """The command each root-cause page leads with (``reproduction.choose``)."""
+    out = []
+    for cause in rc.group(rc.load_entries(reports / "conformance"), rc.load_known(ROOT)):
+        found = reproduction.choose(cause, rc.matrix(cause, conformance, ROOT), ROOT)
+        path = f"root-causes/{cause.id}.md"
+        out.append(Page(path, found.release, (found.command,), "") if found.command is not None
+                   else Page(path, RELEASES[-1], (), found.reason))
     return out
 
 
@@ -96,8 +107,9 @@ def _with_json_flag(c: serve.Command, flag: str, change) -> serve.Command:
 def mutants(release: str, release_pages: list[Page]) -> list[Mutant]:
     """Wrong commands, one per setting the check must catch, made from ``release``'s pages: the
     runner variable, the breakable variable, the ``--attention-config`` that pins FlashInfer's
-    level, the cudagraph mode, and (MRV2) an EAGLE-3 head where the scenario needs an uncompiled
-    draft, which is what the reproduction of that class used to be."""
+    level, the cudagraph mode, (MRV2) an EAGLE-3 head where the scenario needs an uncompiled
+    draft, which is what the reproduction of that class used to be, and a draft backend vLLM refuses
+    under adaptive verification, which is what the crash's reproduction used to be."""
     commands = [(p, p.commands[0]) for p in release_pages if p.commands]
 
     def first(pred):
@@ -137,6 +149,12 @@ def mutants(release: str, release_pages: list[Page]) -> list[Mutant]:
         out.append(Mutant("EAGLE-3 head where the scenario needs an uncompiled draft", "draft_compiled", p,
                           _with_json_flag(swapped, "--speculative-config",
                                           lambda spec: spec.update(method="eagle3", model=reach.EAGLE_HEAD))))
+    found = first(lambda plan: plan.scenario.adaptive_verification and plan.speculative is not None)
+    if found:
+        p, c = found
+        out.append(Mutant("FlashInfer draft under adaptive verification", "attention backend selection", p,
+                          _with_json_flag(c, "--speculative-config",
+                                          lambda spec: spec.update(attention_backend="FLASHINFER"))))
     return out
 
 
@@ -145,6 +163,7 @@ class ReleaseRun:
     outcomes: list[Outcome]
     mutants: list[tuple[Mutant, tuple[str, ...]]]  # each mutant and the failure lines it got
     support_table: dict  # backend -> variant -> capability -> level, as this run found it
+    adaptive_refused: dict  # backend -> variant -> capabilities refused under adaptive verification
     timings: dict
 
 
@@ -163,22 +182,14 @@ def run_release(release: str, python: Path, release_pages: list[Page], *, with_m
     page_ids = [(p, c, add(c.environ(), c.argv)) for p in release_pages for c in p.commands]
     mutant_ids = [(m, add(m.command.environ(), m.command.argv, m.trtllm_cubins))
                   for m in (mutants(release, release_pages) if with_mutants else [])]
-    support_ids = []
-    if with_support_table:
-        for backend, config, cubins in SUPPORT_VARIANTS:
-            argv = [SUPPORT_MODEL, "--max-model-len", "4096", "--attention-backend", backend]
-            if config:
-                argv += ["--attention-config", json.dumps(config)]
-            support_ids.append((backend, variant_key(config, cubins), add({}, tuple(argv), bool(cubins))))
+    support_ids = [add(r.env, tuple(r.argv), r.trtllm_cubins)
+                   for r in (engine_check.support_requests() if with_support_table else [])]
     results, timings = engine_check.check(release, python, list(unique.values()))
     by_id = {r.id: r for r in results}
     outcomes = [Outcome(p, c, tuple(engine_check.compare(c.plan, by_id[i]))) for p, c, i in page_ids]
     mutated = [(m, tuple(engine_check.compare(m.command.plan, by_id[i]))) for m, i in mutant_ids]
-    table: dict = {}
-    for backend, key, i in support_ids:
-        r = by_id[i]
-        table.setdefault(backend, {})[key] = r.observed["attention_support"] if r.observed else r.error
-    return ReleaseRun(outcomes, mutated, table, {**timings, "commands_checked": len(unique)})
+    table, refused = engine_check.support_tables([by_id[i] for i in support_ids]) if support_ids else ({}, {})
+    return ReleaseRun(outcomes, mutated, table, refused, {**timings, "commands_checked": len(unique)})
 
 
 def _child_cpu() -> float:
@@ -216,10 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             caught = [line for line in failures if line.startswith(m.setting)]
             print(f"  mutant '{m.label}' ({m.page.path}): " + (caught[0][:200] if caught else "NOT CAUGHT"))
             failed |= not caught
-        committed_table = __import__("contract.evidence.release_facts", fromlist=["x"]).support_by_capability(release)
-        if run.support_table != committed_table:
+        if (run.support_table, run.adaptive_refused) != (support_by_capability(release), adaptive_refused(release)):
             failed = True
-            print(f"  release_facts.json support_by_capability differs from this run: refresh it with "
+            print(f"  release_facts.json's support tables differ from this run: refresh them with "
                   f"python -m contract.evidence.engine_check --support-table {release}")
         for p in release_pages:
             if not p.commands:

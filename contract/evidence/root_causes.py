@@ -14,7 +14,9 @@ exception) and an *anchor*: a vLLM statement (file under ``vllm/``, enclosing fu
 text compared after ``ast`` normalisation, so line numbers and line breaks do not matter). The
 root causes written by hand under ``fixes/`` name their anchors in ``fix.json``
 (``"anchors"``, ``"kind"``, and ``"runners"``: whose code they are about). A unit joins the root cause of its kind whose anchor is among the
-deciding statements the tracer found for it on its home release (the best-ranked match wins); a
+deciding statements the tracer found for it on its home release (the best-ranked match wins), or,
+where the witness and its neighbour ran the same statements, whose ``"unread"`` settings are the
+ones the neighbour flips; a
 unit matching none is a root cause of its own, named by its top deciding statement, and units
 with the same kind and top statement share it. Nothing is asserted per class: moving a class
 means changing an anchor, and the tests check both directions.
@@ -149,6 +151,11 @@ class Known:
     anchor_note: str = ""  # why the anchor is that statement, where it is not the statement a fix changes
     fix_check: dict = field(default_factory=dict)  # patch file -> fix-check's verdict (``make fixes``)
     also_kinds: list = field(default_factory=list)  # the same mechanism seen as another kind (its P0 stop)
+    headline: str = ""  # the title in a user's words
+    fix: str = ""  # the fix in one sentence
+    symptom: str = ""  # what a user sees: the exception, the log line, or that nothing says so
+    unread: tuple[str, ...] = ()  # the settings nothing reads, for a cause no branch decides
+    fix_edits: dict = field(default_factory=dict)  # path, function, line: what every patch edits
 
     @property
     def kinds(self) -> list[dict]:
@@ -161,7 +168,9 @@ class Known:
                    data.get("mechanism", data["title"]), data["test"], data.get("patches", {}),
                    data.get("expected", {}), [tuple(c) for c in data.get("covers", [])], folder,
                    tuple(data.get("runners", ("MRV1", "MRV2"))), data.get("anchor_note", ""),
-                   data.get("fix_check", {}), data.get("also_kinds", []))
+                   data.get("fix_check", {}), data.get("also_kinds", []), data.get("headline", ""),
+                   data.get("fix", ""), data.get("symptom", ""), tuple(data.get("unread", ())),
+                   data.get("fix_edits", {}))
 
 
 def load_known(root: Path = ROOT) -> list[Known]:
@@ -273,6 +282,14 @@ def anchor_rank(known: Known, entry: Entry) -> int | None:
     return None
 
 
+def reads_nothing(known: Known, entry: Entry) -> bool:
+    """Whether ``entry`` is of ``known``'s kind and runner and ran the same statements as its
+    neighbour, which flips exactly the settings ``known`` says nothing reads."""
+    return bool(known.unread) and entry.runner.name in known.runners \
+        and any(kind_matches(k, entry.signature) for k in known.kinds) \
+        and set(unread_settings(entry)) == set(known.unread)
+
+
 def disjoint(statement: dict) -> bool:
     """The statement went the other way, not merely more ways: no outcome is common to both
     replays (a raise, or ``true`` against ``false``). A statement whose outcomes in one replay are
@@ -331,14 +348,15 @@ class RootCause:
 def group(entries: list[Entry], known: list[Known]) -> list[RootCause]:
     """The root causes of ``entries`` (module docstring), known ones first in ``fixes/`` order,
     then the unmatched ones by kind and top statement."""
-    causes: dict[str, RootCause] = {k.id: RootCause(k.id, k.title, k.kind, k, None) for k in known}
+    causes: dict[str, RootCause] = {k.id: RootCause(k.id, k.title, k.kind, k, None, unread=k.unread) for k in known}
     for unit in units(entries):
         home = unit.home
-        ranked = [(r, k) for k in known if (r := anchor_rank(k, home)) is not None]
+        ranked = [(r, k) for k in known if (r := anchor_rank(k, home)) is not None] \
+            or [(None, k) for k in known if reads_nothing(k, home)]
         if ranked:
-            rank, chosen = min(ranked, key=lambda x: x[0])
+            rank, chosen = min(ranked, key=lambda x: x[0] or 0)
             cause = causes[chosen.id]
-            if cause.anchor is None:
+            if cause.anchor is None and rank is not None:
                 cause.anchor = home.deciding[rank]
         else:
             top = top_statement(home)

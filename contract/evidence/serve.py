@@ -133,6 +133,18 @@ def default_path_fails(trace, policy) -> bool | None:
     return any(v.property == trace.property for v in violations)
 
 
+def reproductions(trace, policy, facts: ReleaseFacts) -> list[Command]:
+    """The commands a page shows for ``trace`` on ``facts.release``, vLLM's default start-up first;
+    the last is the one that shows the violation (``--kv-cache-memory-bytes`` when only the shorter
+    start-up does); [] when no stored public checkpoint reaches the scenario."""
+    first = command(trace.scenario, facts)
+    if first is None:
+        return []
+    if default_path_fails(trace, policy) is False:
+        return [first, command(trace.scenario, facts, skip_memory_profile=True)]
+    return [first]
+
+
 def markdown(trace, policy, facts: ReleaseFacts) -> list[str]:
     """The reproduction section of a page: command(s), the GPUs it needs, the requests, the
     backend table, log lines; or the reason no stored public checkpoint reaches the scenario."""
@@ -142,18 +154,17 @@ def markdown(trace, policy, facts: ReleaseFacts) -> list[str]:
         lines = [f"On vLLM {facts.release}: **{found.reason}**.", ""]
         lines += backend_table(s.attention_support.name, facts)
         return lines
-    cmd = command(s, facts)
-    default_fails = default_path_fails(trace, policy)
-    shortest_differs = default_fails is False
+    commands = reproductions(trace, policy, facts)
+    cmd = commands[0]
     lines = [f"On vLLM {facts.release} (the models are public Hugging Face checkpoints; this tool does not "
              "download or run them):", "", "```bash", cmd.shell(), "```"]
-    if default_fails:
-        lines += ["", "This is vLLM's default start-up path; the shortest counterexample skips "
-                  "`profile_cudagraph_memory` (as `--kv-cache-memory-bytes` does) and fails the same way."]
-    elif shortest_differs:
+    if len(commands) > 1:
         lines += ["", "vLLM's default start-up above does not show it: the counterexample needs "
                   "`profile_cudagraph_memory` skipped, which `--kv-cache-memory-bytes` does:", "",
-                  "```bash", command(s, facts, skip_memory_profile=True).shell(), "```"]
+                  "```bash", commands[1].shell(), "```"]
+    elif default_path_fails(trace, policy):
+        lines += ["", "This is vLLM's default start-up path; the shortest counterexample skips "
+                  "`profile_cudagraph_memory` (as `--kv-cache-memory-bytes` does) and fails the same way."]
     lines += ["", *plan_lines(cmd.plan)]
     lines += ["", *requests.markdown(trace, cmd.plan.model)]
     lines += ["", *backend_table(s.attention_support.name, facts)]
@@ -170,13 +181,15 @@ def markdown(trace, policy, facts: ReleaseFacts) -> list[str]:
 def plan_lines(plan: reach.Plan) -> list[str]:
     """Where the command runs and what each choice rests on."""
     s = plan.scenario
-    lines = [f"Run it on an NVIDIA GPU of compute capability {gpus(plan.capabilities)}. There "
+    where = ("an NVIDIA GPU" if plan.one_gpu else
+             f"{plan.gpus} NVIDIA GPUs" if plan.fits else "more than one NVIDIA GPU (the weights do not fit one)")
+    lines = [f"Run it on {where} of compute capability {gpus(plan.capabilities)}. There "
              f"`--attention-backend {plan.backend}`"
              + (f" with `--attention-config '{reach.variant_name(plan.attention_config)}'`" if plan.attention_config else "")
              + f" gives the minimum `AttentionCGSupport` the scenario needs, `{s.attention_support.name}` "
              "(vLLM's `get_cudagraph_support` run per compute capability, `release_facts.json`)."]
     lines += [f"- {note}" for note in plan.notes if not note.startswith(plan.backend)]
-    return lines
+    return lines + [f"- weights: {plan.weights}"]
 
 
 def backend_table(level: str, facts: ReleaseFacts) -> list[str]:

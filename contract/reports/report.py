@@ -155,7 +155,8 @@ def _classes_section(results: list[PolicyResult]) -> list[str]:
     lines = ["", "## Violation classes", "",
              "One class per cause: the property, role, runtime mode and what happened, under the smallest "
              "scenario settings that show it (deviations from vLLM's defaults), each with its own shortest "
-             "counterexample, worst severity first: crash at start-up, crash when serving, wrong result, graph "
+             "counterexample, worst severity first: crash at start-up, crash when serving, wrong result, "
+             "unsupported shape (result unverified), memory, graph the configuration rules out, graph "
              "captured at serving time, silent eager fallback (with the share of its scenario's serving "
              "dispatches), log only. A stop of vLLM is a P0 class unless it is an accepted rejection (below).", ""]
     for r in results:

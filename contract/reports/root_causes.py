@@ -17,6 +17,7 @@ from pathlib import Path
 from contract.core.output import write_atomic
 from contract.evidence import deciding, decision_lines, root_causes as rc
 from contract.evidence.matrix import RELEASES, load_conformance
+from contract.reports import first_screen
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES_PER_RELEASE = 15  # the quoted source of one release's deciding lines, at most
@@ -69,31 +70,6 @@ def build(folder: Path, root: Path = ROOT) -> list[View]:
 
 
 # -- pieces ----------------------------------------------------------------------------------------
-
-def _ranges(releases: list[str]) -> str:
-    """0.28.0, 0.29.0, 0.30.0, 0.32.0 -> 0.28–0.30, 0.32 (consecutive releases joined)."""
-    out, run = [], []
-    for r in RELEASES:
-        if r in releases:
-            run.append(r)
-        elif run:
-            out.append(run)
-            run = []
-    if run:
-        out.append(run)
-    short = [".".join(r.split(".")[:2]) for r in RELEASES]
-    name = dict(zip(RELEASES, short))
-    return ", ".join(name[g[0]] if len(g) == 1 else f"{name[g[0]]}–{name[g[-1]]}" for g in out)
-
-
-def affected_text(view: View) -> str:
-    per: dict[str, list[str]] = {}
-    for (runner, _), row in sorted(view.cells.items()):
-        for release, c in row.items():
-            if c.state == rc.CONFIRMED and release not in per.setdefault(runner, []):
-                per[runner].append(release)
-    return "; ".join(f"{runner} {_ranges(rs)}" for runner, rs in sorted(per.items()) if rs) or "none confirmed"
-
 
 NO_STATEMENT = "No statement of vLLM's code went another way"
 
@@ -334,14 +310,13 @@ def identified_by(cause: rc.RootCause) -> str:
     return text
 
 
-def page(view: View) -> str:
+def page(view: View, root: Path = ROOT) -> str:
     cause = view.cause
-    lines = [f"# {cause.id}", "", f"**{cause.title}**", "",
-             f"- severity: **{cause.severity.label}** ({rc.kind_text(cause.kind)})",
-             f"- affected (confirmed): {affected_text(view)}",
-             f"- status: {view.status()}",
+    lines = [*first_screen.lines(cause, view.cells, view.status(), root), "",
+             "## Details", "",
+             f"- violation kind: {rc.kind_text(cause.kind)}",
              f"- mechanism: {mechanism(view)}",
-             f"- identified by: {identified_by(cause)}",
+             f"- classes matched by: {identified_by(cause)}",
              "", "## Affected matrix", "",
              f"Cells: {', '.join(SYMBOL.values())}; how: R the conformance replay, T the root cause's unit test "
              "under `fixes/`, S reading the release's source.", "", *matrix_table(view), "", *cell_notes(view), ""]
@@ -363,7 +338,7 @@ def triage(views: list[View]) -> list[str]:
         "| # | root cause | severity | affected (confirmed) | status | mechanism |", "|---|---|---|---|---|---|",
     ]
     for i, v in enumerate(views, 1):
-        lines.append(f"| {i} | [{v.id}]({FOLDER}/{v.id}.md) | {v.cause.severity.label} | {affected_text(v)} "
+        lines.append(f"| {i} | [{v.id}]({FOLDER}/{v.id}.md) | {v.cause.severity.label} | {first_screen.affected_line(v.cells)} "
                      f"| {v.status()} | {mechanism(v)} |")
     return lines + [
         "", "A root cause is a violation kind and an *anchor*: a statement of vLLM's code that the line tracer "
@@ -457,7 +432,7 @@ def write(reports: Path, root: Path = ROOT) -> list[Path]:
     write_atomic(written[0], findings(reports / "conformance", root, views))
     for v in views:
         path = folder / f"{v.id}.md"
-        write_atomic(path, page(v))
+        write_atomic(path, page(v, root))
         written.append(path)
     for stale in sorted(folder.glob("*.md")) if folder.is_dir() else []:
         if stale not in written:

@@ -147,9 +147,10 @@ def simulated_cuda_graphs(monkeypatch):
     import vllm.v1.worker.gpu_ubatch_wrapper as ubatch_wrapper
     import vllm.v1.worker.ubatch_utils as ubatch_utils
 
-    sm_control = getattr(
-        ubatch_wrapper, "SMControlContextManager", None
-    ) or getattr(ubatch_utils, "SMControlContextManager")
+    sm_control = (
+        getattr(ubatch_wrapper, "SMControlContextManager", None)
+        or ubatch_utils.SMControlContextManager
+    )
     monkeypatch.setattr(sm_control, "__init__", lambda self, *a, **kw: None)
     # The single-rank parallel state and workspace a GPU worker sets up.
     monkeypatch.setattr(gmr, "graph_capture", lambda device: contextlib.nullcontext())
@@ -176,7 +177,6 @@ def set_breakable(monkeypatch, enabled: bool):
 # ---------------------------------------------------------------------------
 # Stand-ins for what GPUModelRunner.__init__ and load_model build on a GPU.
 # ---------------------------------------------------------------------------
-
 
 
 class TinyModel(torch.nn.Module):

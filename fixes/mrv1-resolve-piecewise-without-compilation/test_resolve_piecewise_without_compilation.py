@@ -148,9 +148,10 @@ def simulated_cuda_graphs(monkeypatch):
     import vllm.v1.worker.gpu_ubatch_wrapper as ubatch_wrapper
     import vllm.v1.worker.ubatch_utils as ubatch_utils
 
-    sm_control = getattr(
-        ubatch_wrapper, "SMControlContextManager", None
-    ) or getattr(ubatch_utils, "SMControlContextManager")
+    sm_control = (
+        getattr(ubatch_wrapper, "SMControlContextManager", None)
+        or ubatch_utils.SMControlContextManager
+    )
     monkeypatch.setattr(sm_control, "__init__", lambda self, *a, **kw: None)
     # The single-rank parallel state and workspace a GPU worker sets up.
     monkeypatch.setattr(gmr, "graph_capture", lambda device: contextlib.nullcontext())
@@ -177,7 +178,6 @@ def set_breakable(monkeypatch, enabled: bool):
 # ---------------------------------------------------------------------------
 # Stand-ins for what GPUModelRunner.__init__ and load_model build on a GPU.
 # ---------------------------------------------------------------------------
-
 
 
 class TinyModel(torch.nn.Module):
@@ -411,6 +411,7 @@ def serve(runner, sizes=(1, 3)):
     PHASE[0] = "serving"
     for num_tokens in sizes:
         runner._dummy_run(num_tokens)
+    runner._dummy_run(runner.uniform_decode_query_len, uniform_decode=True)
 
 
 @pytest.mark.parametrize(
@@ -441,3 +442,7 @@ def test_resolve_piecewise_reaches_a_capturer_without_compilation(
     # Every PIECEWISE dispatch, target and drafter, is captured or replayed
     # by a capturing layer.
     assert not violations(), violations()
+    if support == AttentionCGSupport.UNIFORM_BATCH:
+        # The backend replays FULL graphs of uniform decode batches: dropping
+        # every graph is no fix.
+        assert FakeCUDAGraph.replays, "no graph served a decode batch"
