@@ -1,7 +1,8 @@
 #!/bin/bash
 # Reproduce the verdicts of fixes/<root-cause>/: its test on every installed release (compared with
 # fix.json's "expected"), then every fixes/*/test_*.py on each release with each of its patches
-# (and wrong fixes) applied.
+# (and wrong fixes) applied, and last every test on each release with fixes/drop-every-graph's
+# patch (resolve turns every mode into NONE), which each test must fail or skip.
 #   fixes/verify.sh [ROOT_CAUSE_DIR ...]      (default: every folder with a fix.json)
 # Needs the project's release environments (.venv-vllm, .venv-vllm-<release>) under $VENVS
 # (default: this checkout). Patched trees are hard-linked copies of the release's vllm/ in a temp dir.
@@ -44,5 +45,22 @@ for dir in ${@:-$(dirname $(ls "$HERE"/*/fix.json))}; do
         echo "$rc_name $rel + $(basename "$patch"): $d $v"
       done
     done
+  done
+done
+
+# A fix that drops every graph ends every graph violation: every test must fail on it (or skip).
+for patch in "$HERE"/drop-every-graph/vllm-*.patch; do
+  rel=$(basename "$patch" .patch); rel=${rel#vllm-}; tree=$TMP/tree
+  [ -x "$VENVS/.venv-vllm-$rel/bin/python" ] || continue
+  rm -rf "$tree"; mkdir -p "$tree"
+  cp -al "$VENVS/.venv-vllm-$rel/lib/python3.11/site-packages/vllm" "$tree/vllm"
+  cp --remove-destination "$VENVS/.venv-vllm-$rel/lib/python3.11/site-packages/vllm/config/compilation.py" "$tree/vllm/config/compilation.py"
+  (cd "$tree" && patch -p1 -s --no-backup-if-mismatch < "$patch")
+  out=$(cd /tmp && PYTHONPATH=$tree "$VENVS/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider -rA $ALL_TESTS 2>&1)
+  for t in $ALL_TESTS; do
+    d=$(basename "$(dirname "$t")")
+    lines=$(grep -E "^(PASSED|FAILED|ERROR|SKIPPED)( \[[0-9]+\])? [^ ]*/$d/" <<<"$out")
+    if grep -qE "^(FAILED|ERROR)" <<<"$lines"; then v=fail; elif grep -q "^PASSED" <<<"$lines"; then v=pass; else v=skip; fi
+    echo "drop-every-graph $rel: $d $v$([ "$v" = pass ] && echo '  <-- NOT REJECTED')"
   done
 done

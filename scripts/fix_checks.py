@@ -1,7 +1,8 @@
-"""``make fixes``: ``cudagraph-contract fix-check`` on every patch and wrong fix under ``fixes/``, each on
-the release it is for, its verdict written into the root cause's ``fix.json`` (``fix_check``: patch
-file -> "accepted" or "rejected: reasons"), which the root-cause pages show and
-``tests/test_fix_check.py`` holds the newest release's patch and a wrong fix to.
+"""``make fixes``: ``cudagraph-contract fix-check`` on every patch and wrong fix under ``fixes/``, and
+on ``fixes/drop-every-graph``'s patch for every release a root cause patches, each on the release it
+is for, its verdict written into the root cause's ``fix.json`` (``fix_check``: patch file ->
+"accepted" or "rejected: reasons"), which the root-cause pages show and ``tests/test_fix_check.py``
+holds the newest release's patch and a wrong fix to.
 
     python scripts/fix_checks.py [--missing] [fixes/<root-cause> ...]
 """
@@ -45,8 +46,10 @@ def main() -> int:
         path = folder / "fix.json"
         data = json.loads(path.read_text(encoding="utf-8"))
         found = dict(data.get("fix_check", {})) if args.missing else {}
-        for kind in ("patches", "wrong_fixes"):
-            for release, name in sorted(data.get(kind, {}).items()):
+        drops = {release: f"../drop-every-graph/vllm-{release}.patch" for release in data.get("patches", {})}
+        for kind, named in (("patches", data.get("patches", {})), ("wrong_fixes", data.get("wrong_fixes", {})),
+                            ("drop-every-graph", drops)):
+            for release, name in sorted(named.items()):
                 if name not in found:
                     found[name] = verdict(folder / name, release, folder)
                     print(f"{folder.name} {name}: {found[name]}", flush=True)

@@ -2,8 +2,8 @@
 gets the verdict ``make fixes`` recorded in its ``fix.json`` (``fix_check``); an accepted one has its
 witnesses fixed on vLLM's own code with a graph serving each dispatch they were on, nothing new, no
 graph lost, and its vLLM unit test failing before the patch and passing after. A wrong fix (the
-drafter made to run eagerly instead of given a capturer) is rejected with that reason, though its
-unit test passes and the crash is gone."""
+drafter made to run eagerly instead of given a capturer) is rejected with that reason, and by its
+unit test, though the crash is gone; so is a patch that drops every graph, by every root cause's test."""
 
 from __future__ import annotations
 
@@ -94,4 +94,33 @@ def test_a_fix_that_removes_the_graphs_is_rejected(tmp_path):
     assert rc == 1 and not verdict["accepted"], stderr[-2000:]
     assert any("went with the graphs (traded)" in r and "NONE without a graph" in r for r in verdict["reasons"]), \
         verdict["reasons"]
-    assert "pass with the patch" in "\n".join(verdict["checked"])
+    # the unit test rejects it too: it asserts the breakable drafter keeps its PIECEWISE graphs
+    assert "fail with the patch" in "\n".join(verdict["checked"])
+    assert any(r.startswith("its unit test does not pass with the patch") for r in verdict["reasons"])
+
+
+def test_every_root_cause_test_rejected_dropping_every_graph_in_fix_check():
+    """``make fixes`` ran fix-check on fixes/drop-every-graph's patch for every release each root cause
+    patches and fix-check replays (MRV2 from 0.33.0, MRV1 from 0.30.0); each verdict is a rejection
+    by the root cause's own unit test. Every test's rejection on every release is test_upstream's."""
+    checked = 0
+    for folder in FIXES:
+        data = json.loads((folder / "fix.json").read_text())
+        for release, name in data["patches"].items():
+            if data.get("fix_check", {}).get(name, "").startswith("not checked"):
+                continue
+            checked += 1
+            got = data.get("fix_check", {}).get(f"../drop-every-graph/vllm-{release}.patch", "")
+            assert got.startswith("rejected: ") and "its unit test does not pass with the patch" in got, \
+                (folder.name, release, got or "not run: make fixes")
+    assert checked >= len(FIXES)
+
+
+@pytest.mark.conformance
+@pytest.mark.evidence
+def test_dropping_every_graph_gets_its_recorded_verdict(tmp_path):
+    folder = ROOT / "fixes" / "mrv2-draft-graphs-under-spec-enforce-eager"
+    name = "../drop-every-graph/vllm-0.34.0.patch"
+    recorded = json.loads((folder / "fix.json").read_text())["fix_check"][name]
+    rc, verdict, stderr = fix_check(folder / name, "0.34.0", folder, tmp_path / "reports")
+    assert rc == 1 and "rejected: " + "; ".join(verdict["reasons"]) == recorded, stderr[-2000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -366,3 +367,46 @@ def test_fix_edits_reads_the_statement_a_pure_addition_lands_in():
     assert (edit.function, edit.line, edit.end, edit.text) == ("f", 2, 5, "y = g(x, 1,)")
     assert fix_edits.inside(edit, patch)
     assert not fix_edits.inside(fix_edits.Edit("m.py", "f", 6, 6, "return y"), patch)
+
+
+def test_every_gpu_script_is_current_and_parses():
+    from contract.evidence import reproduction
+    from contract.reports import gpu_scripts
+
+    scripts = 0
+    for view in pages.build(REPORTS / "conformance", ROOT):
+        text = gpu_scripts.script(view.cause, reproduction.choose(view.cause, view.cells, ROOT), ROOT)
+        if text is None:
+            continue
+        path = ROOT / view.cause.known.folder / "gpu.sh"
+        assert path.read_text() == text, f"{path}: run python -m contract.reports.root_causes"
+        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, path
+        scripts += 1
+    assert scripts >= 8
+
+
+@pytest.mark.conformance
+def test_the_gpu_hook_counts_forwards_no_graph_served():
+    """fixes/gpu_observe.py, as a gpu.sh loads it, around vLLM 0.34.0's set_forward_context (a stand-in
+    context here: the real one needs a model's config)."""
+    from vllm_envs import require
+
+    code = """
+import contextlib, json, sys
+import vllm.forward_context as fc
+from vllm.config import CUDAGraphMode
+fc.set_forward_context = contextlib.contextmanager(lambda *a, **k: (yield None))
+import gpu_observe
+for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE):
+    with fc.set_forward_context(None, None, cudagraph_runtime_mode=mode):
+        pass
+gpu_observe.ACTED[0] += 1  # what a capture_begin would count
+print(json.dumps(dict(gpu_observe.COUNTS)))
+"""
+    python = require("0.34.0") / "bin" / "python"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "fixes"), "VLLM_LOGGING_LEVEL": "ERROR"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counts == {"PIECEWISE forwards": 2, "PIECEWISE forwards no graph served": 2}
+    assert "cudagraph-contract-observe " in done.stderr

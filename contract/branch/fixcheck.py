@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -126,6 +127,12 @@ def graphs_served(records) -> int:
 class TestRun:
     outcome: str  # pass, fail, skip
     tail: str  # pytest's last lines, for the report
+
+    @property
+    def summary(self) -> str:
+        """pytest's counts line without its duration and warnings, the same on every run."""
+        last = self.tail.splitlines()[-1] if self.tail else ""
+        return re.sub(r"(, \d+ warnings?)?( in [\d.]+s.*)?$", "", last.strip("= "))
 
 
 def run_test(test: Path, tree: Path | None, shared_python: Path, release_python: Path, version: str,

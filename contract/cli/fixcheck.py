@@ -232,7 +232,7 @@ def fix_check(
             if after.outcome != "pass":
                 verdict.accepted = False
                 verdict.reasons.append(f"its unit test does not pass with the patch ({after.outcome}): "
-                                       + after.tail.splitlines()[-1] if after.tail else "")
+                                       + after.summary)
         try:
             with transaction():
                 index = branch_report.write(reports, run)

@@ -155,7 +155,8 @@ class Known:
     fix: str = ""  # the fix in one sentence
     symptom: str = ""  # what a user sees: the exception, the log line, or that nothing says so
     unread: tuple[str, ...] = ()  # the settings nothing reads, for a cause no branch decides
-    fix_edits: dict = field(default_factory=dict)  # path, function, line: what every patch edits
+    fix_edits: dict = field(default_factory=dict)  # release -> the statements its patch edits
+    gpu: dict = field(default_factory=dict)  # what shows the bug and its fix on a GPU (gpu.sh)
 
     @property
     def kinds(self) -> list[dict]:
@@ -170,7 +171,7 @@ class Known:
                    tuple(data.get("runners", ("MRV1", "MRV2"))), data.get("anchor_note", ""),
                    data.get("fix_check", {}), data.get("also_kinds", []), data.get("headline", ""),
                    data.get("fix", ""), data.get("symptom", ""), tuple(data.get("unread", ())),
-                   data.get("fix_edits", {}))
+                   data.get("fix_edits", {}), data.get("gpu", {}))
 
 
 def load_known(root: Path = ROOT) -> list[Known]:

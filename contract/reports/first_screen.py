@@ -187,8 +187,10 @@ def lines(cause: rc.RootCause, cells: dict, status: str, root: Path = ROOT) -> l
             out.append(f"- **Expected:** {known.symptom}")
         fix = known.fix or known.mechanism
         accepted = [p for p, v in known.fix_check.items() if v == "accepted"]
+        gpu = (f" Before and after on a GPU: `bash {known.folder}/gpu.sh` (not run: no GPU here)."
+               if known.gpu and repro.command is not None and repro.release in known.patches else "")
         out.append(f"- **Fix:** {fix} [Patches](../../{known.folder}/)"
-                   + (f"; `fix-check` accepted {', '.join(sorted(accepted))}." if accepted else "."))
+                   + (f"; `fix-check` accepted {', '.join(sorted(accepted))}." if accepted else ".") + gpu)
         line = deciding_line(known)
         if line:
             out.append(f"- **Deciding line:** {line}.")

@@ -17,7 +17,8 @@ from pathlib import Path
 from contract.core.output import write_atomic
 from contract.evidence import deciding, decision_lines, root_causes as rc
 from contract.evidence.matrix import RELEASES, load_conformance
-from contract.reports import first_screen
+from contract.evidence import reproduction
+from contract.reports import first_screen, gpu_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES_PER_RELEASE = 15  # the quoted source of one release's deciding lines, at most
@@ -434,6 +435,9 @@ def write(reports: Path, root: Path = ROOT) -> list[Path]:
         path = folder / f"{v.id}.md"
         write_atomic(path, page(v, root))
         written.append(path)
+        text = gpu_scripts.script(v.cause, reproduction.choose(v.cause, v.cells, root), root)
+        if text is not None:
+            write_atomic(root / v.cause.known.folder / "gpu.sh", text)
     for stale in sorted(folder.glob("*.md")) if folder.is_dir() else []:
         if stale not in written:
             stale.unlink()

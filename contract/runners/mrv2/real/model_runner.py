@@ -204,6 +204,7 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         ubatch_runner=None,
         pcp_manager=None,
         speculator=None,
+        speculative_config=vllm_config.speculative_config,  # GPUModelRunner.__init__ (33:…:209, 34:…:216)
         dp_size=1,
         dp_rank=0,
         cudagraph_manager=None,
