@@ -5,10 +5,9 @@ reaches it on one GPU with the checks it passed (or why no command does), the ex
 the affected releases and runners (a runner 0.34 no longer has is *backport only*), the fix in one
 sentence and the deciding line: the statement the fix edits.
 
-**The command** is one a report page shows (``serve.reproductions``) for one of the root cause's
-witnesses, on the release that page shows, so ``tests/test_engine_check.py`` runs it through that
-release's own parser, config, backend selection and support-level code; the newest such release
-is chosen, among commands that run on one GPU (``reach.Plan.one_gpu``).
+**The command** is ``reproduction.choose``'s: among the root cause's witnesses and the releases its
+matrix confirms, newest first, the first that runs on one GPU; ``repro_check`` runs it through that
+release's own parser, config, backend selection and support-level code, as it does the class pages'.
 
 **The impact** is measured on the model of the witness's release, which agrees with vLLM's code
 step for step on the conformance corpus (the corpus replays this very script): the share of the
