@@ -339,7 +339,10 @@ def triage(views: list[View]) -> list[str]:
         "| # | root cause | severity | affected (confirmed) | status | mechanism |", "|---|---|---|---|---|---|",
     ]
     for i, v in enumerate(views, 1):
-        lines.append(f"| {i} | [{v.id}]({FOLDER}/{v.id}.md) | {v.cause.severity.label} | {first_screen.affected_line(v.cells)} "
+        known = v.cause.known
+        name = f"[{known.headline}]({FOLDER}/{v.id}.md) (`{v.id}`)" if known is not None and known.headline \
+            else f"[{v.id}]({FOLDER}/{v.id}.md)"
+        lines.append(f"| {i} | {name} | {v.cause.severity.label} | {first_screen.affected_line(v.cells)} "
                      f"| {v.status()} | {mechanism(v)} |")
     return lines + [
         "", "A root cause is a violation kind and an *anchor*: a statement of vLLM's code that the line tracer "
@@ -347,7 +350,9 @@ def triage(views: list[View]) -> list[str]:
         "non-violating neighbour) of every class grouped under it, on the release the class is from. The root "
         "causes under `fixes/` name their anchors in `fix.json`; a class that matches none is a root cause of its "
         "own, named by its first deciding statement, or, where the witness and its neighbour ran the same "
-        "statements, by the setting nothing on that path reads (`contract/evidence/root_causes.py`). Severity follows the "
+        "statements, by the setting nothing on that path reads (`contract/evidence/root_causes.py`). The "
+        "*deciding line* each page leads with is the statement its fix edits (`fixes/<id>/fix.json` "
+        "`fix_edits`, read from the patch and the release's source). Severity follows the "
         "violation kind (`contract/core/classes.py`, `contract/evidence/severity.py`). Each page has the affected matrix (0.28.0–0.34.0 × "
         "runner × role, each cell with how it was obtained), since when, the reproduction, the deciding lines "
         "per release, the classes, the replay's evidence and the fix.", ""]
