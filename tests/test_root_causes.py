@@ -383,6 +383,7 @@ def test_every_gpu_script_is_current_and_parses():
         assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, path
         scripts += 1
     assert scripts >= 8
+    assert subprocess.run(["bash", "-n", str(ROOT / "fixes" / "gpu_reproduce.sh")]).returncode == 0
 
 
 @pytest.mark.conformance
