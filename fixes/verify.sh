@@ -20,6 +20,22 @@ verdict() {  # pytest exit status -> pass/fail/skip (5: a module-level skip coll
   elif grep -q " passed" <<<"$out"; then echo pass; else echo skip; fi
 }
 
+patched_verdicts() {  # RELEASE PATCH: "<root cause> pass/fail/skip" per test, on the patched release
+  local rel=$1 patch=$2 tree=$TMP/tree site=$VENVS/.venv-vllm-$1/lib/python3.11/site-packages out t d lines
+  rm -rf "$tree"; mkdir -p "$tree"
+  cp -al "$site/vllm" "$tree/vllm"
+  for f in $(sed -n 's#^+++ b/\([^\t]*\).*#\1#p' "$patch"); do cp --remove-destination "$site/$f" "$tree/$f"; done
+  (cd "$tree" && patch -p1 -s --no-backup-if-mismatch < "$patch") || { echo "does not apply"; return; }
+  # One process for all tests; per-folder verdicts from pytest's -rA summary.
+  out=$(cd /tmp && PYTHONPATH=$tree "$VENVS/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider -rA $ALL_TESTS 2>&1)
+  for t in $ALL_TESTS; do
+    d=$(basename "$(dirname "$t")")
+    lines=$(grep -E "^(PASSED|FAILED|ERROR|SKIPPED)( \[[0-9]+\])? [^ ]*/$d/" <<<"$out")
+    if grep -qE "^(FAILED|ERROR)" <<<"$lines"; then echo "$d fail"; elif grep -q "^PASSED" <<<"$lines"; then echo "$d pass"
+    else echo "$d skip"; fi
+  done
+}
+
 for dir in ${@:-$(dirname $(ls "$HERE"/*/fix.json))}; do
   dir=$(cd "$dir" && pwd); rc_name=$(basename "$dir")
   json() { python3 -c "import json,sys; d=json.load(open('$dir/fix.json')); $1"; }
@@ -31,36 +47,15 @@ for dir in ${@:-$(dirname $(ls "$HERE"/*/fix.json))}; do
   done
   for kind in patches wrong_fixes; do
     for pair in $(json "print(' '.join(f'{r}={p}' for r, p in d.get('$kind', {}).items()))"); do
-      rel=${pair%%=*}; patch=$dir/${pair#*=}; tree=$TMP/tree
-      rm -rf "$tree"; mkdir -p "$tree"
-      cp -al "$VENVS/.venv-vllm-$rel/lib/python3.11/site-packages/vllm" "$tree/vllm"
-      for f in $(sed -n 's#^+++ b/\([^\t]*\).*#\1#p' "$patch"); do cp --remove-destination "$VENVS/.venv-vllm-$rel/lib/python3.11/site-packages/$f" "$tree/$f"; done
-      (cd "$tree" && patch -p1 -s --no-backup-if-mismatch < "$patch") || { echo "$rc_name $rel $(basename "$patch"): does not apply"; continue; }
-      # One process for all tests; per-folder verdicts from pytest's -rA summary.
-      out=$(cd /tmp && PYTHONPATH=$tree "$VENVS/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider -rA $ALL_TESTS 2>&1)
-      for t in $ALL_TESTS; do
-        d=$(basename "$(dirname "$t")")
-        lines=$(grep -E "^(PASSED|FAILED|ERROR|SKIPPED)( \[[0-9]+\])? [^ ]*/$d/" <<<"$out")
-        if grep -qE "^(FAILED|ERROR)" <<<"$lines"; then v=fail; elif grep -q "^PASSED" <<<"$lines"; then v=pass; else v=skip; fi
-        echo "$rc_name $rel + $(basename "$patch"): $d $v"
-      done
+      rel=${pair%%=*}; patch=$dir/${pair#*=}
+      patched_verdicts "$rel" "$patch" | sed "s#^#$rc_name $rel + $(basename "$patch"): #"
     done
   done
 done
 
 # A fix that drops every graph ends every graph violation: every test must fail on it (or skip).
 for patch in "$HERE"/drop-every-graph/vllm-*.patch; do
-  rel=$(basename "$patch" .patch); rel=${rel#vllm-}; tree=$TMP/tree
+  rel=$(basename "$patch" .patch); rel=${rel#vllm-}
   [ -x "$VENVS/.venv-vllm-$rel/bin/python" ] || continue
-  rm -rf "$tree"; mkdir -p "$tree"
-  cp -al "$VENVS/.venv-vllm-$rel/lib/python3.11/site-packages/vllm" "$tree/vllm"
-  cp --remove-destination "$VENVS/.venv-vllm-$rel/lib/python3.11/site-packages/vllm/config/compilation.py" "$tree/vllm/config/compilation.py"
-  (cd "$tree" && patch -p1 -s --no-backup-if-mismatch < "$patch")
-  out=$(cd /tmp && PYTHONPATH=$tree "$VENVS/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider -rA $ALL_TESTS 2>&1)
-  for t in $ALL_TESTS; do
-    d=$(basename "$(dirname "$t")")
-    lines=$(grep -E "^(PASSED|FAILED|ERROR|SKIPPED)( \[[0-9]+\])? [^ ]*/$d/" <<<"$out")
-    if grep -qE "^(FAILED|ERROR)" <<<"$lines"; then v=fail; elif grep -q "^PASSED" <<<"$lines"; then v=pass; else v=skip; fi
-    echo "drop-every-graph $rel: $d $v$([ "$v" = pass ] && echo '  <-- NOT REJECTED')"
-  done
+  patched_verdicts "$rel" "$patch" | sed -e "s#^#drop-every-graph $rel: #" -e "s#pass\$#pass  <-- NOT REJECTED#"
 done

@@ -21,6 +21,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from contract.core.output import write_atomic
 from contract.evidence.since import sources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,8 +131,6 @@ def computed(folder: Path, found: dict[str, Path]) -> dict[str, list[dict]]:
 
 
 def main(argv: list[str]) -> int:
-    from contract.core.output import write_atomic
-
     found = sources(ROOT)
     for path in sorted((ROOT / "fixes").glob("*/fix.json")):
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.core.scenario import Runner
+from contract.core.trace import TraceError, load
 from contract.evidence import reach, serve
 from contract.evidence import root_causes as rc
 from contract.evidence.matrix import RELEASES
 from contract.evidence.release_facts import committed
+from contract.families import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,9 +43,6 @@ def _confirmed(cells: dict, runner: Runner) -> list[str]:
 
 
 def choose(cause: rc.RootCause, cells: dict, root: Path = ROOT) -> Reproduction:
-    from contract.core.trace import TraceError, load
-    from contract.families import load_policy
-
     facts = committed()
     several, reasons = None, []
     for unit in cause.units:

@@ -20,12 +20,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from contract.core.classes import Severity, Signature
-from contract.core.trace import TraceError
+from contract.core.graphs import affected_by_kind, dispatch_kind, run_script, served
 from contract.core.scenario import Runner
+from contract.core.trace import TraceError, load
 from contract.evidence import deciding, reproduction
 from contract.evidence import root_causes as rc
 from contract.evidence.matrix import RELEASES
 from contract.evidence.release_facts import CAPABILITY_GPUS, span
+from contract.families import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREEN = 25  # lines: what the first screen must hold
@@ -41,10 +43,6 @@ def _measure(unit: rc.Unit, root: Path) -> tuple[int, int, str]:
     """(dispatches hit, serving dispatches, per kind) of a witness's scenario on the serving script:
     those showing its violation, or, for a violation at capture, those a graph of its role and
     mode then serves (the graph the violation is about)."""
-    from contract.core.graphs import affected_by_kind, dispatch_kind, run_script, served
-    from contract.core.trace import load
-    from contract.families import load_policy
-
     trace = load(root / unit.home.source)
     policy = load_policy(trace.policy)
     sig = unit.home.signature

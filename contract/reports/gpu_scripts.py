@@ -26,8 +26,10 @@ import json
 import shlex
 from pathlib import Path
 
+from contract.core.trace import load
 from contract.evidence import requests as witness_requests
 from contract.evidence import root_causes as rc
+from contract.evidence.reach import HF_CONFIGS
 from contract.evidence.reproduction import Reproduction
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,9 +63,6 @@ def _requests(trace, model: str) -> str:
 def script(cause: rc.RootCause, repro: Reproduction, root: Path = ROOT) -> str | None:
     """The script's text, or None where the root cause has no command, no patch for its release,
     or no ``gpu`` check in ``fix.json``."""
-    from contract.core.trace import load
-    from contract.evidence.reach import HF_CONFIGS
-
     known = cause.known
     if known is None or repro.command is None or repro.release not in known.patches or not known.gpu:
         return None
