@@ -320,3 +320,17 @@ def test_every_class_has_a_severity_and_lists_are_worst_first(name):
         if c.severity is Severity.EAGER_FALLBACK:
             assert c.affected is not None and 0 < c.affected <= 1
             assert c.severity_text.endswith("of its scenario's serving dispatches)")
+
+
+def test_the_drafter_losing_graphs_under_spec_enforce_eager_is_no_loss():
+    """speculative_config.enforce_eager asks for an eager drafter: a branch that stops graphing the
+    drafter there loses nothing (a fix of P8's class), while the target's graphs still count."""
+    from contract.core.differential import lost_occurrence
+
+    base, branch = load_policy("mrv2_0_33"), branch_of("no_graphs")
+    lost = {}
+    for eager in (False, True):
+        s = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
+                     spec_enforce_eager=eager)
+        lost[eager] = {sig.role for sig in lost_occurrence(0, s, run_script(s, base), run_script(s, branch))}
+    assert lost == {False: {"target", "drafter"}, True: {"target"}}

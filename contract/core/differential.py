@@ -78,13 +78,14 @@ def lost_signature(kind: str) -> Signature:
 
 
 def lost_occurrence(index: int, scenario, base_records, branch_records) -> dict[Signature, Occurrence]:
-    """The kinds the branch serves with fewer graphs than the base on the serving script, each at
-    the first step where a dispatch of that kind loses its graph."""
-    from contract.core.graphs import coverage, dispatch_kind, lost_kinds, served
+    """The kinds the branch serves with fewer graphs than the base on the serving script, among those
+    the configuration wants graphed (``graphs.wanted``), each at the first step where a dispatch of
+    that kind loses its graph."""
+    from contract.core.graphs import coverage, dispatch_kind, lost_kinds, served, wanted
 
     base_cov, branch_cov = coverage(base_records), coverage(branch_records)
     out = {}
-    for kind in lost_kinds(base_cov, branch_cov):
+    for kind in [k for k in lost_kinds(base_cov, branch_cov) if wanted(k, scenario)]:
         step = len(branch_records) - 1
         for a, b in zip(base_records, branch_records):
             mine = [served(d) for d in b.dispatches if dispatch_kind(b.event, d) == kind]

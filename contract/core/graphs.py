@@ -57,6 +57,13 @@ def dispatch_kind(event, d: Dispatch) -> str | None:
     return None
 
 
+def wanted(kind: str, scenario: Scenario) -> bool:
+    """Whether the configuration wants dispatches of ``kind`` served by a graph: not the drafter's
+    under ``speculative_config.enforce_eager``, which asks for an eager drafter (P8's intent,
+    ``contract/core/properties.py``); a branch that stops graphing them loses nothing."""
+    return not (scenario.spec_enforce_eager and ROLE[kind] == "drafter")
+
+
 def served(d: Dispatch) -> bool:
     """A capturing layer captured or replayed the dispatch, and nothing raised."""
     return (d.runtime_mode != NONE and not d.error
