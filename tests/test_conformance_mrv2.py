@@ -62,6 +62,9 @@ def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
     steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
     assert not steps, json.dumps(steps, indent=1)[:4000]
     assert data["agreeing_steps"] == data["steps"] and rc == 0
+    # the several-rank traces: each rank a process joined by gloo, every rank's side compared
+    ranks = data["data_parallel"]
+    assert ranks["traces"] >= 10 and ranks["rank_steps"] > 300 and ranks["agreeing_rank_steps"] == ranks["rank_steps"]
 
 
 @pytest.mark.parametrize("version", RUN)

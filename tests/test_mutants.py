@@ -16,7 +16,7 @@ KILLABLE = [m for m in MUTANTS if not m.equivalent]
 EQUIVALENT = [m for m in MUTANTS if m.equivalent]
 # properties no built-in policy violates, and the mutant that newly violates each
 DEMONSTRATED_BY = {"P2": "breakable_acts_on_none", "P5": "entry_key_num_tokens", "P6": "non_recursive_unwrap",
-                   "P10": "mrv2_profiling_returns_zero"}
+                   "P9": "mrv2_dp_sync_skipped", "P10": "mrv2_profiling_returns_zero"}
 
 
 def _run(mutant, settings):

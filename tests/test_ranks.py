@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from contract.core import ranks, sizes
-from contract.core.modes import FULL, NONE, PIECEWISE
-from contract.core.ranks import RankServed, step_gap
+from contract.core.modes import FULL, FULL_AND_PIECEWISE, NONE, PIECEWISE
+from contract.core.observation import RankServed
+from contract.core.ranks import step_gap
 from contract.core.sizes import Batch, Gap, SizeSetting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,13 +25,13 @@ DECODE, IDLE = Batch("decode", 8, 4), Batch("idle", 2, 1)
 
 
 @pytest.mark.parametrize("served, weakest, what", [
-    ([RankServed("FULL", 8), RankServed("FULL", 8)], FULL, None),
-    ([RankServed("NONE", 8), RankServed("NONE", 2)], NONE, None),  # eager ranks run their own tokens
-    ([RankServed("FULL", 8), RankServed("PIECEWISE", 8)], FULL, sizes.DIFFERENT_MODES),
-    ([RankServed("PIECEWISE", 8), RankServed("PIECEWISE", 16)], PIECEWISE, sizes.DIFFERENT_TOKENS),
-    ([RankServed("FULL", 8), None], FULL, sizes.RANK_HUNG),
-    ([RankServed("FULL", 8), RankServed("NONE", 0, "AssertionError")], FULL, sizes.RANK_HUNG),
-    ([RankServed("PIECEWISE", 8), RankServed("PIECEWISE", 8)], FULL, sizes.WEAKER)])
+    ([RankServed(FULL, 8), RankServed(FULL, 8)], FULL, None),
+    ([RankServed(NONE, 8), RankServed(NONE, 2)], NONE, None),  # eager ranks run their own tokens
+    ([RankServed(FULL, 8), RankServed(PIECEWISE, 8)], FULL, sizes.DIFFERENT_MODES),
+    ([RankServed(PIECEWISE, 8), RankServed(PIECEWISE, 16)], PIECEWISE, sizes.DIFFERENT_TOKENS),
+    ([RankServed(FULL, 8), None], FULL, sizes.RANK_HUNG),
+    ([RankServed(FULL, 8), RankServed.stopped("AssertionError")], FULL, sizes.RANK_HUNG),
+    ([RankServed(PIECEWISE, 8), RankServed(PIECEWISE, 8)], FULL, sizes.WEAKER)])
 def test_a_step_is_judged_on_every_rank(served, weakest, what):
     gap = step_gap((DECODE, IDLE), served, weakest)
     assert (gap.what if gap else None) == what, gap
@@ -85,3 +86,117 @@ def test_an_edited_0_34_tree_whose_rank_skips_the_sync_is_a_new_p9_hang_in_bound
     new = [c for c in data["sizes"]["new"] if c["property"] == "P9"]
     assert new and new[0]["severity"] == "hang" and new[0]["what"] == sizes.RANK_HUNG, data["sizes"]["new"]
     assert time.monotonic() - started < 300  # a rank left waiting times out after 20 s, never hangs the run
+
+
+# -- ranks in traces (the model's lockstep steps, P9 per step, vLLM's code on one process per rank) --
+
+from contract.core.events import ExecuteModel, Peer, event_from_json, event_to_json  # noqa: E402
+from contract.core.observation import StepRecord  # noqa: E402
+from contract.core.properties import rank_agreement  # noqa: E402
+from contract.core.scenario import DrafterKind, Runner, Scenario  # noqa: E402
+from contract.core.trace import TraceError, loads  # noqa: E402
+from contract.runners.mrv2.model import cudagraph_utils as cgu  # noqa: E402
+from contract.runners.mrv2.model.dp_utils import RankBatch, dispatch_cg_and_sync_dp, dummy_batch  # noqa: E402
+from contract.runners.mrv2.real.dp_utils import merged  # noqa: E402
+
+SPEC = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2, data_parallel_size=2)
+BUSY = RankServed(FULL, 4, (2, 4, 2))
+
+
+@pytest.mark.parametrize("sides, found", [
+    ([BUSY, RankServed(FULL, 4, (1, 2, 2), idle=True)], None),
+    ([RankServed(NONE, 4, (2, 4, 2)), RankServed(NONE, 2, (1, 2, 2), need_eager=True)], None),
+    ([BUSY, RankServed(PIECEWISE, 4, (3, 3, None))], "different runtime modes"),
+    ([BUSY, RankServed(FULL, 2, (1, 2, 2))], "graphs of different token counts"),
+    ([RankServed(PIECEWISE, 4, (2, 4, 2)), RankServed(PIECEWISE, 4, (2, 2, None), need_eager=True)], "needs eager"),
+    ([RankServed(PIECEWISE, 4, (2, 4, 2)), RankServed(PIECEWISE, 4, (1, 1, 1), idle=True)], "not a uniform decode of 2"),
+    ([BUSY, RankServed.stopped("RuntimeError: [gloo] Timed out")], "leaving the others waiting")])
+def test_p9_judges_every_rank_of_a_step(sides, found):
+    got = rank_agreement(SPEC, Runner.MRV2, StepRecord(5, ExecuteModel(4, True, peers=(Peer(0),)), ranks=tuple(sides)))
+    assert (found is None and not got) or (len(got) == 1 and found in got[0].message), got
+
+
+def test_the_model_agrees_as_sync_cudagraph_and_dp_padding():
+    """34:v1/worker/gpu/dp_utils.py:52-230: the weakest mode, NONE at each rank's own token count,
+    else a re-dispatch at the largest count with the uniform count only where every rank shares it."""
+    m = cgu.build("target:CudaGraphManager", "0.34", FULL_AND_PIECEWISE, (2, 4), 2, target_q=2, use_breakable_cg=False)
+    m = cgu.replace(m, graphs_captured=True)
+    decode, mixed = RankBatch(1, 2, 2, 2), RankBatch(3, 3, None, 3)
+    assert [d.cg_mode for d in dispatch_cg_and_sync_dp(m, (decode, dummy_batch(2)))] == [FULL, FULL]
+    agreed = dispatch_cg_and_sync_dp(m, (decode, mixed))
+    assert [(d.cg_mode, d.num_tokens) for d in agreed] == [(PIECEWISE, 4), (PIECEWISE, 4)]
+    eager = dispatch_cg_and_sync_dp(m, (decode, RankBatch(3, 3, None, 3, need_eager=True)))
+    assert [(d.cg_mode, d.num_tokens) for d in eager] == [(NONE, 2), (NONE, 3)]
+    skipped = dispatch_cg_and_sync_dp(m, (decode, mixed), sync=False)
+    assert [d.cg_mode for d in skipped] == [FULL, PIECEWISE]
+    assert dummy_batch(2, aligned=False) == RankBatch(1, 1, 1, 1)
+
+
+def test_peers_round_trip_and_bad_ones_get_one_line():
+    event = ExecuteModel(4, True, peers=(Peer(0), Peer(3, False, True)))
+    assert event_from_json(event_to_json(event)) == event
+    assert event_to_json(ExecuteModel(4)) == {"event": "execute_model", "num_tokens": 4, "uniform_decode": False,
+                                              "force_eager": False}
+    head = '{"schema": "cudagraph-contract.trace", "version": 1, "policy": "mrv2_0_34", '
+    scenario = '"scenario": {"runner": "MRV2", "data_parallel_size": 3}, '
+    for events, says in ((['{"event": "execute_model", "num_tokens": 2, "peers": [[0, false, false]]}'],
+                          "names 1 peer batch(es); data_parallel_size 3 needs 2"),
+                         (['{"event": "execute_model", "num_tokens": 2, "peers": [[-1, false, false], [1, 0, 0]]}'],
+                          "peers must be a list of [num_tokens >= 0, uniform_decode, force_eager]"),
+                         (['{"event": "propose", "num_tokens": 2}'], "draft steps on several data-parallel ranks")):
+        with pytest.raises(TraceError) as exc:
+            loads(head + scenario + f'"events": [{", ".join(events)}]}}', "t.json")
+        assert says in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(TraceError, match="data_parallel_size is 1 to 4"):
+        loads(head + '"scenario": {"runner": "MRV2", "data_parallel_size": 5}, "events": []}', "t.json")
+    with pytest.raises(TraceError, match="outside the modelled MRV1 space"):
+        loads(head + '"scenario": {"runner": "MRV1", "data_parallel_size": 2}, "events": []}', "t.json")
+    assert SPEC.to_json()["data_parallel_size"] == 2
+    assert "data_parallel_size" not in Scenario(runner=Runner.MRV2).to_json()
+
+
+def test_a_rank_left_waiting_is_p9_and_a_rank_that_raised_of_its_own_stops_the_step():
+    side = {"batch": [1, 1, None], "runtime_mode": "NONE", "num_tokens": 1}
+    start = {"event": {"event": "load_model"}}
+    serve = {"event": {"event": "execute_model"}, "rank": side}
+    waited = {"event": {"event": "execute_model"}, "halted": "RuntimeError: [gloo/transport/tcp] Timed out"}
+    out = merged([[start, waited], [start, serve, serve]])
+    assert len(out) == 2 and "halted" not in out[1] and out[1]["ranks"] == [{"raised": waited["halted"]}, side]
+    own = {"event": {"event": "execute_model"}, "halted": "AssertionError: dp"}
+    out = merged([[start, serve], [start, own]])
+    assert out[1]["halted"] == "DP rank 1: AssertionError: dp" and out[1]["ranks"][1] == {"raised": "AssertionError: dp"}
+    assert merged([[start, serve], None]) == [{**start, "ranks": [{"runtime_mode": "NONE", "num_tokens": 0},
+                                                                 {"raised": "no answer"}]}]
+
+
+@pytest.mark.evidence
+@pytest.mark.conformance
+def test_the_edited_tree_on_a_two_rank_trace_is_a_new_p9_hang(tmp_path):
+    """The same tree on a trace of the multi-rank corpus: rank 1 skips the all-reduce at
+    ``profile_run``'s dispatch, rank 0 is left waiting in it, a new P9 class of severity hang."""
+    from contract.core.graphs import script
+    from contract.core.trace import record_runnable
+    from contract.families import load_policy
+    from vllm_envs import installed
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    subprocess.run(["cp", "-as", str(installed("0.34.0").resolve()), str(tree / "vllm")], check=True,
+                   capture_output=True)
+    target = tree / "vllm" / "v1" / "worker" / "gpu" / "dp_utils.py"
+    text = target.read_text()
+    target.unlink()
+    target.write_text(text.replace(*SKIP_SYNC))
+    scenario = Scenario(runner=Runner.MRV2, data_parallel_size=2)
+    trace = record_runnable(scenario, load_policy("mrv2_0_34"), script(scenario), name="two-ranks")
+    (tmp_path / "two-ranks.json").write_text(trace.dumps())
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "contract.cli", "conform", "--vllm-src", str(tree), "--base", "0.34.0",
+                           "--traces", str(tmp_path / "two-ranks.json"), "--reports", str(tmp_path / "r"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "CUDAGRAPH_CONTRACT_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(done.stdout[done.stdout.index("{"):])
+    new = [c for c in data["new"] if c["property"] == "P9"]
+    assert new and new[0]["severity"] == "hang" and new[0]["what"] == sizes.RANK_HUNG, data["new"]
+    assert time.monotonic() - started < 300

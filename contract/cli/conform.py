@@ -319,6 +319,10 @@ def _say(result: dict, as_json: bool) -> None:
                    f"{summary['not_replayed_other']} others not replayed), {summary['generated_traces']} generated")
         pct = f" ({100 * summary['agreeing_steps'] / summary['steps']:.2f}%)" if summary["steps"] else ""
         say(f"steps: {summary['agreeing_steps']} of {summary['steps']} agree{pct}")
+        dp = summary.get("data_parallel")
+        if dp:
+            say(f"several DP ranks: {dp['traces']} traces, one process per rank joined by gloo; "
+                f"{dp['agreeing_rank_steps']} of {dp['rank_steps']} rank-steps agree")
         for d in summary["disagreements"]:
             say(f"disagreement: {d['name']}: steps {', '.join(str(x.get('step')) for x in d['disagreements'])}")
         sizes = summary.get("capture_sizes")

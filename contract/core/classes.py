@@ -30,6 +30,7 @@ from contract.core.events import describe_event, event_to_json
 from contract.core.observation import Action, StepRecord
 from contract.core.properties import Violation
 from contract.core.scenario import DrafterKind, Scenario
+from contract.core.sizes import DIFFERENT_MODES, DIFFERENT_TOKENS, RANK_HUNG
 
 NO_CAPTURER = "no capturer"
 NESTED = "nested capture"
@@ -52,6 +53,8 @@ MODE_NOT_CONFIGURED = "graph of a mode cudagraph_mode does not name"
 UNACCOUNTED = "graphs memory profiling did not estimate"
 OVER_ACCOUNTED = "graphs memory profiling estimated that capture_model does not capture"
 WRONG_POOL = "capture into a pool its phase does not intend"
+RANK_EAGER = "a rank that needs eager runs a graph"
+DUMMY_UNALIGNED = "an idle rank's dummy batch is no uniform decode of q tokens"
 HALT = "halt"
 REJECTED = "rejected"  # an accepted rejection: not a class, listed apart
 ACCEPTED = "accepted rejection"
@@ -66,21 +69,24 @@ class Severity(enum.Enum):
     reserved), so it is worse than running eagerly and better than replaying the wrong graph."""
 
     CRASH_START_UP = (0, "crash at start-up")
-    CRASH_SERVING = (1, "crash when serving")
-    WRONG_RESULT = (2, "wrong result")
+    # DP ranks that run different collectives or shapes wait on each other until a timeout: the
+    # server stops answering without stopping.
+    HANG = (1, "hang")
+    CRASH_SERVING = (2, "crash when serving")
+    WRONG_RESULT = (3, "wrong result")
     # A FULL graph for batches outside what the backend states it supports
     # (``AttentionCGSupport``'s docstrings, ``v1/attention/backend.py``): the backend says it does
     # not support the shape, not that the replay computes a wrong result, and no run checked it.
-    UNSUPPORTED_SHAPE = (3, "unsupported shape, result unverified")
+    UNSUPPORTED_SHAPE = (4, "unsupported shape, result unverified")
     # The KV cache is sized from an estimate that misses graphs capture_model then allocates: out of
     # memory at capture where the budget is tight (vLLM #49224), or memory reserved for nothing.
-    MEMORY = (4, "memory")
+    MEMORY = (5, "memory")
     # A graph the user's configuration rules out: it serves unless it cannot be captured at all,
     # the reason such a setting exists (a drafter that must run eagerly), then vLLM stops.
-    UNWANTED_GRAPH = (5, "graph the configuration rules out")
-    RUNTIME_CAPTURE = (6, "graph captured at serving time")
-    EAGER_FALLBACK = (7, "silent eager fallback")
-    LOG_ONLY = (8, "log only")
+    UNWANTED_GRAPH = (6, "graph the configuration rules out")
+    RUNTIME_CAPTURE = (7, "graph captured at serving time")
+    EAGER_FALLBACK = (8, "silent eager fallback")
+    LOG_ONLY = (9, "log only")
 
     @property
     def rank(self) -> int:
@@ -107,6 +113,8 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
         return Severity.EAGER_FALLBACK
     if p == "P7":
         return Severity.UNSUPPORTED_SHAPE
+    if p == "P9":
+        return Severity.EAGER_FALLBACK if what == DUMMY_UNALIGNED else Severity.HANG
     if p == "P2" or (p == "P5" and what == CROSS_MODE_REPLAY):
         return Severity.WRONG_RESULT
     if p in ("P4", "P5"):
@@ -150,6 +158,12 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         if d is None:
             return "-", "-", OVER_ACCOUNTED
         return d.role, d.runtime_mode.name, WRONG_POOL if " pool: " in v.message else UNACCOUNTED
+    if v.property == "P9":
+        first = v.message.split(";")[0]
+        what = (DIFFERENT_MODES if "different runtime modes" in first else DIFFERENT_TOKENS if "token counts" in first
+                else RANK_EAGER if "needs eager" in first else RANK_HUNG if "never answered" in first
+                else DUMMY_UNALIGNED)
+        return "target", "-" if what in (DIFFERENT_MODES, RANK_HUNG) else record.ranks[0].runtime_mode.name, what
     if d is None:
         return "-", "-", v.property
     if v.property == "P1":

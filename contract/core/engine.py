@@ -21,7 +21,7 @@ class Engine:
     applies one and reports what it showed. ``alphabet(scenario)`` lists every event the explorer
     tries; ``canonical_scenarios(policy)`` one scenario per behaviour class; ``scenarios()`` the
     Hypothesis strategy of the runner's settings; ``uniform_propose``: draft prefills after uniform
-    batches are a distinct event."""
+    batches are a distinct event; ``data_parallel``: its scenarios can run on several DP ranks."""
 
     runner: Runner
     initial_state: Callable
@@ -31,6 +31,7 @@ class Engine:
     canonical_scenarios: Callable
     scenarios: Callable
     uniform_propose: bool = False
+    data_parallel: bool = False  # scenarios on several DP ranks, whose steps name the peers' batches
 
 
 def initial_state(scenario: Scenario, policy):

@@ -55,12 +55,36 @@ class CaptureModel:
 
 
 @dataclass(frozen=True)
-class ExecuteModel:
-    """A target batch: ``_determine_batch_execution_and_padding`` → dispatch → forward."""
+class Peer:
+    """Another data-parallel rank's batch in the same step, read as the event's own; ``num_tokens``
+    0 is an idle rank, which runs the worker's dummy batch (``execute_dummy_batch``)."""
 
     num_tokens: int
     uniform_decode: bool = False
     force_eager: bool = False
+
+    @property
+    def idle(self) -> bool:
+        return self.num_tokens == 0
+
+    def to_json(self) -> list:
+        return [self.num_tokens, self.uniform_decode, self.force_eager]
+
+    def __str__(self) -> str:
+        if self.idle:
+            return "idle"
+        return f"{self.num_tokens}{'u' if self.uniform_decode else ''}{'e' if self.force_eager else ''}"
+
+
+@dataclass(frozen=True)
+class ExecuteModel:
+    """A target batch: ``_determine_batch_execution_and_padding`` → dispatch → forward. Under data
+    parallelism ``peers`` holds the other ranks' batches of the same step, rank 1 first."""
+
+    num_tokens: int
+    uniform_decode: bool = False
+    force_eager: bool = False
+    peers: tuple[Peer, ...] = ()
     kind: ClassVar[str] = "execute_model"
 
 
@@ -87,6 +111,8 @@ def event_to_json(event: Event) -> dict:
     out: dict = {"event": event.kind}
     if isinstance(event, ExecuteModel):
         out.update(num_tokens=event.num_tokens, uniform_decode=event.uniform_decode, force_eager=event.force_eager)
+        if event.peers:
+            out.update(peers=[p.to_json() for p in event.peers])
     elif isinstance(event, Propose):
         out.update(num_tokens=event.num_tokens)
         if event.uniform_decode:
@@ -110,12 +136,38 @@ def event_from_json(data: dict) -> Event:
             if flag in args and not isinstance(args[flag], bool):
                 raise ValueError(f"event {name}: {flag} must be true or false")
         allowed = {"num_tokens", "uniform_decode", "force_eager"} if cls is ExecuteModel else {"num_tokens", "uniform_decode"}
+        if cls is ExecuteModel and "peers" in args:
+            allowed.add("peers")
+            args["peers"] = _peers_from_json(args["peers"])
     else:
         allowed = set()
     extra = set(args) - allowed
     if extra:
         raise ValueError(f"event {name}: unknown field(s) {', '.join(sorted(extra))}")
     return cls(**args)
+
+
+def _peers_from_json(data) -> tuple[Peer, ...]:
+    ok = isinstance(data, list) and data and all(
+        isinstance(p, list) and len(p) == 3 and isinstance(p[0], int) and not isinstance(p[0], bool) and p[0] >= 0
+        and isinstance(p[1], bool) and isinstance(p[2], bool) for p in data)
+    if not ok:
+        raise ValueError("event execute_model: peers must be a list of [num_tokens >= 0, uniform_decode, force_eager], "
+                         "one per other data-parallel rank")
+    return tuple(Peer(*p) for p in data)
+
+
+def ranks_problem(events: list[Event], data_parallel_size: int) -> str | None:
+    """Why ``events`` cannot run on ``data_parallel_size`` ranks: every ``execute_model`` names each
+    other rank's batch, and the draft steps run on one rank only (several ranks' ``propose`` is not
+    modelled)."""
+    for i, event in enumerate(events):
+        if isinstance(event, ExecuteModel) and len(event.peers) != data_parallel_size - 1:
+            return (f"event {i} (execute_model) names {len(event.peers)} peer batch(es); data_parallel_size "
+                    f"{data_parallel_size} needs {data_parallel_size - 1}")
+        if isinstance(event, Propose) and data_parallel_size > 1:
+            return f"event {i} (propose): draft steps on several data-parallel ranks are not modelled"
+    return None
 
 
 def describe_event(event: Event) -> str:
@@ -125,6 +177,8 @@ def describe_event(event: Event) -> str:
             flags.append("uniform_decode")
         if event.force_eager:
             flags.append("force_eager")
+        if event.peers:
+            flags.append(f"peers=({', '.join(map(str, event.peers))})")
         return f"execute_model({', '.join(flags)})"
     if isinstance(event, Propose):
         return f"propose(num_tokens={event.num_tokens}{', uniform_decode' if event.uniform_decode else ''})"
@@ -136,6 +190,7 @@ __all__ = [
     "Event",
     "ExecuteModel",
     "LoadModel",
+    "Peer",
     "ProfileCudagraphMemory",
     "ProfileRun",
     "Propose",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.events import CaptureModel, ExecuteModel, LoadModel, Peer, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.modes import NONE
 from contract.core.observation import Action, Dispatch, StepRecord
 from contract.core.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Scenario
@@ -33,17 +33,32 @@ ROLE = {"target mixed": "target", "target uniform decode": "target", "draft pref
 
 
 def script(scenario: Scenario) -> list:
-    """The fixed event script: start-up in the worker's order, then every serving batch."""
+    """The fixed event script: start-up in the worker's order, then every serving batch; on several
+    DP ranks each batch beside the peers of ``peer_sets``."""
     q = scenario.uniform_decode_query_len
     events: list = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
     for n in NUM_TOKENS_DOMAIN:
         for uniform in (False, True) if n % q == 0 else (False,):
-            events.append(ExecuteModel(n, uniform))
+            for peers in peer_sets(scenario.data_parallel_size, n):
+                events.append(ExecuteModel(n, uniform, peers=peers))
             if n == FORCE_EAGER_AT:
-                events.append(ExecuteModel(n, uniform, force_eager=True))
-    if scenario.drafter is DrafterKind.WITH_MODEL:
+                events.append(ExecuteModel(n, uniform, force_eager=True, peers=(Peer(0),) * (scenario.data_parallel_size - 1)))
+    if scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1:
         events.extend(Propose(n) for n in NUM_TOKENS_DOMAIN)
     return events
+
+
+def peer_sets(data_parallel_size: int, n: int) -> list[tuple[Peer, ...]]:
+    """The other ranks beside a batch of ``n`` tokens: none on one rank; else every other rank idle,
+    every other rank with a mixed batch of the next token count (the ranks pad to the larger), and
+    the last rank needing eager (``need_eager``) at ``FORCE_EAGER_AT``."""
+    k = data_parallel_size - 1
+    if not k:
+        return [()]
+    out = [(Peer(0),) * k, (Peer(n % NUM_TOKENS_DOMAIN[-1] + 1),) * k]
+    if n == FORCE_EAGER_AT:
+        out.append((Peer(0),) * (k - 1) + (Peer(n, force_eager=True),))
+    return out
 
 
 def dispatch_kind(event, d: Dispatch) -> str | None:

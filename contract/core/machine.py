@@ -9,11 +9,11 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
-from contract.core.events import CaptureModel, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.events import CaptureModel, ExecuteModel, LoadModel, Peer, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.policy import Policy
 from contract.core.properties import Violation, check, verdict_difference
 from contract.core.engine import Run
-from contract.core.scenario import NUM_TOKENS_DOMAIN, Scenario
+from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, NUM_TOKENS_DOMAIN, Scenario
 from contract.core.stream import pinned_stream, seed_for
 
 
@@ -111,6 +111,24 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
                 event = ExecuteModel(num_tokens, uniform, force_eager)
                 if lane.run.can(event):
                     self._step(lane, event)
+
+        if policy.engine.data_parallel:
+            @precondition(lambda self: any(lane.scenario.data_parallel_size > 1 and lane.run.state.captured
+                                           and not lane.run.state.halted for lane in getattr(self, "lanes", ())))
+            @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN), uniform_decode=st.booleans(), force_eager=st.booleans(),
+                  peers=st.lists(st.tuples(st.sampled_from((0, *NUM_TOKENS_DOMAIN)), st.booleans(), st.booleans()),
+                                 min_size=MAX_DATA_PARALLEL_SIZE - 1, max_size=MAX_DATA_PARALLEL_SIZE - 1))
+            def execute_model_on_ranks(self, num_tokens: int, uniform_decode: bool, force_eager: bool,
+                                       peers: list[tuple[int, bool, bool]]) -> None:
+                """One step on every data-parallel rank of each runner that has several: this rank's
+                batch and the first ``data_parallel_size - 1`` peers' (0 tokens: an idle rank)."""
+                for lane in self.lanes:
+                    q, ranks = lane.scenario.uniform_decode_query_len, lane.scenario.data_parallel_size
+                    uniform = uniform_decode and num_tokens % q == 0
+                    batches = tuple(Peer(n, u and n > 0 and n % q == 0, e and n > 0) for n, u, e in peers[:ranks - 1])
+                    event = ExecuteModel(num_tokens, uniform, force_eager, batches)
+                    if ranks > 1 and lane.run.can(event):
+                        self._step(lane, event)
 
         @precondition(lambda self: self._can(Propose(1)))
         @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 class Mutant:
     name: str
     base: str  # built-in policy the mutant changes
-    area: str  # policy, wrapper, dispatcher, resolve, compile, capture-window, manager, speculator, profiling
+    area: str  # policy, wrapper, dispatcher, resolve, compile, capture-window, manager, speculator, profiling, ranks
     description: str
     kills: frozenset[str] = frozenset()  # what the verifier may report first: properties, or "halt"
     equivalent: str = ""  # why no observable behaviour changes, for equivalent mutants

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from contract.core.forward_context import BatchDescriptor
 from contract.core.modes import CUDAGraphMode
@@ -102,6 +103,47 @@ class Dispatch:
 
 
 @dataclass(frozen=True)
+class RankServed:
+    """One data-parallel rank's side of a step: the runtime mode and token count
+    ``dispatch_cg_and_sync_dp`` gave it; where a trace runs, the batch it brought (``[num_reqs,
+    num_tokens, uniform_token_count]``; an idle rank's is vLLM's dummy batch) and whether it needed
+    eager (``need_eager``); or the first line of what its code raised (``raised``: ``no answer``
+    for a rank that never answered)."""
+
+    runtime_mode: CUDAGraphMode
+    num_tokens: int
+    batch: tuple[int, int, int | None] | tuple[()] = ()
+    need_eager: bool = False
+    idle: bool = False
+    raised: str | None = None
+
+    NO_ANSWER: ClassVar[str] = "no answer"
+
+    @classmethod
+    def stopped(cls, raised: str) -> RankServed:
+        return cls(CUDAGraphMode.NONE, 0, raised=raised)
+
+    def to_json(self) -> dict:
+        if self.raised is not None:
+            return {"raised": self.raised}
+        out = {"runtime_mode": self.runtime_mode.name, "num_tokens": self.num_tokens}
+        if self.batch:  # a serving step's; none at start-up
+            out = {"batch": list(self.batch), **out}
+        if self.need_eager:
+            out["need_eager"] = True
+        if self.idle:
+            out["idle"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> RankServed:
+        if "raised" in data:
+            return cls.stopped(str(data["raised"]))
+        return cls(CUDAGraphMode[data["runtime_mode"]], int(data["num_tokens"]), tuple(data.get("batch", ())),
+                   bool(data.get("need_eager", False)), bool(data.get("idle", False)))
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One event's outcome. ``stacks``/``unwrap`` after ``load_model``; ``cudagraph_mode`` after a
     resolve; ``halted`` when vLLM would stop (a config/resolve rejection or a raised capture)."""
@@ -120,6 +162,8 @@ class StepRecord:
     # has no profile_cudagraph_memory, or the release returns 0 by design). Rebuilt from the
     # sequence on the real side (``contract/real/judge.py``), never written.
     profiled: frozenset[tuple[str, str]] | None = None
+    # Under data parallelism, at execute_model: per rank (rank 0 first) what it brought and ran.
+    ranks: tuple[RankServed, ...] = ()
 
     def to_json(self) -> dict:
         from contract.core.events import event_to_json
@@ -137,4 +181,6 @@ class StepRecord:
             out["dispatches"] = [d.to_json() for d in self.dispatches]
         if self.halted:
             out["halted"] = self.halted
+        if self.ranks:
+            out["ranks"] = [r.to_json() for r in self.ranks]
         return out

@@ -297,6 +297,38 @@ def accounting(scenario: Scenario, runner: Runner, record: StepRecord) -> list[V
     return out
 
 
+def rank_agreement(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    """DP ranks run every forward together (``dispatch_cg_and_sync_dp``, ``34:v1/worker/gpu/dp_utils.py:236-360``):
+    every rank runs one runtime mode, NONE where any rank needs eager (``need_eager``), and where
+    it is a graph the same padded token count; an idle rank's dummy batch is a uniform decode of
+    ``q`` tokens per request, the shape a busy rank's decode batch has, or the agreement drops the
+    uniform token count and every rank's decode graph with it (vLLM #35376)."""
+    if not record.ranks:
+        return []
+    q = scenario.uniform_decode_query_len
+    stopped = [i for i, r in enumerate(record.ranks) if r.raised is not None]
+    if stopped:
+        r = record.ranks[stopped[0]]
+        return [Violation("P9", record.index, f"rank {stopped[0]} raised or never answered, leaving the others "
+                          f"waiting ({r.raised})")]
+    problems = []
+    modes = sorted({r.runtime_mode.name for r in record.ranks})
+    if len(modes) > 1:
+        problems.append(f"ranks run different runtime modes ({' and '.join(modes)})")
+    elif modes[0] != NONE.name and len({r.num_tokens for r in record.ranks}) > 1:
+        problems.append(f"ranks run {modes[0]} graphs of different token counts "
+                        f"({', '.join(str(r.num_tokens) for r in record.ranks)})")
+    eager = [i for i, r in enumerate(record.ranks) if r.need_eager and r.runtime_mode != NONE]
+    if eager:
+        problems.append(f"rank {eager[0]} needs eager and runs {record.ranks[eager[0]].runtime_mode.name}")
+    unaligned = [i for i, r in enumerate(record.ranks) if r.idle and r.batch[2] != q]
+    if unaligned:
+        r = record.ranks[unaligned[0]]
+        problems.append(f"idle rank {unaligned[0]}'s dummy batch is {r.batch[0]} request(s) of {r.batch[1]} token(s), "
+                        f"not a uniform decode of {q}")
+    return [Violation("P9", record.index, "; ".join(problems))] if problems else []
+
+
 PROPERTIES: dict[str, Property] = {
     p.id: p
     for p in (
@@ -338,6 +370,12 @@ PROPERTIES: dict[str, Property] = {
                  "under cudagraph_mode NONE or in profile_run's eager pass, none of a mode the configured one does "
                  "not name, no drafter graph under speculative_config.enforce_eager",
                  _per_dispatch(intent, "P8")),
+        Property("P9", "rank-agreement",
+                 "on several data-parallel ranks every rank runs the same runtime mode, NONE where any rank needs "
+                 "eager, and where it is a graph the same padded token count; an idle rank's dummy batch is a "
+                 "uniform decode of q tokens per request; no rank raises or leaves the others waiting "
+                 "(severity hang)",
+                 rank_agreement),
         Property("P10", "start-up-accounting",
                  "every kind of graph capture_model captures (role, runtime mode) was captured by memory "
                  "profiling, whose estimate the KV cache is sized with, and profiling estimated no other kind; "

@@ -19,9 +19,9 @@ size reference): the agreement costs no rank more than the minimum it must take.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from contract.core.modes import NONE, CUDAGraphMode
+from contract.core.observation import RankServed
 from contract.core.sizes import (
     DIFFERENT_MODES,
     DP_SIZE,
@@ -72,19 +72,11 @@ def kind_count(s: SizeSetting, kind: str) -> int:
     return sum(1 for b in batches(s) if b.kind == kind)
 
 
-@dataclass(frozen=True)
-class RankServed:
-    """What one rank ran for a step: its mode and token count, or the type of what its code raised."""
-
-    mode: str
-    num_tokens: int
-    raised: str | None = None
-
-    @classmethod
-    def from_json(cls, data: list) -> RankServed:
-        if data and data[0] == "raised":  # the exception's type: its text can name a port or a peer
-            return cls(NONE.name, 0, str(data[1]).split(":")[0])
-        return cls(str(data[0]), int(data[1]))
+def served(data: list) -> RankServed:
+    """A size check's record of one rank's step: ``[mode, tokens]``, or ``["raised", line]``."""
+    if data and data[0] == "raised":  # the exception's type: its text can name a port or a peer
+        return RankServed.stopped(str(data[1]).split(":")[0])
+    return RankServed(CUDAGraphMode[str(data[0])], int(data[1]))
 
 
 def step_gap(step: tuple[Batch, ...], served: list[RankServed | None], weakest: CUDAGraphMode) -> Gap | None:
@@ -92,9 +84,9 @@ def step_gap(step: tuple[Batch, ...], served: list[RankServed | None], weakest: 
     else a step served below ``weakest`` (P8), else None."""
     kind = step_kind(step)
     if any(r is None or r.raised for r in served):
-        why = next((r.raised for r in served if r is not None and r.raised), "no answer")
+        why = next((r.raised for r in served if r is not None and r.raised), RankServed.NO_ANSWER)
         return Gap(kind, "-", why, RANK_HUNG)
-    modes = [r.mode for r in served]
+    modes = [r.runtime_mode.name for r in served]
     if len(set(modes)) > 1:
         return Gap(kind, "-", " and ".join(modes), DIFFERENT_MODES)
     if modes[0] != NONE.name and len({r.num_tokens for r in served}) > 1:
@@ -116,10 +108,10 @@ def judged(s: SizeSetting, records: list[dict], best: Callable[[Batch], CUDAGrap
     if any("served" not in r for r in records):
         return out  # refused at start-up, alike on every rank: the single-rank check reports it
     for k, step in enumerate(rank_steps(s)):
-        served = [RankServed.from_json(r["served"][k]) if k < len(r["served"]) else None for r in records]
-        if all(x is None for x in served):
+        sides = [served(r["served"][k]) if k < len(r["served"]) else None for r in records]
+        if all(x is None for x in sides):
             break  # every rank stopped before this step
-        gap = step_gap(step, served, weakest(step, best))
+        gap = step_gap(step, sides, weakest(step, best))
         if gap is not None:
             out.setdefault(gap, []).append(step[0])
             if gap.what == RANK_HUNG:

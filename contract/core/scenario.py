@@ -14,6 +14,7 @@ from contract.core.modes import FULL, FULL_AND_PIECEWISE, NONE, PIECEWISE, Atten
 # padded up to 4, exactly 4, above the largest capture size.
 CUDAGRAPH_CAPTURE_SIZES: tuple[int, ...] = (2, 4)
 MAX_NUM_SEQS = 4
+MAX_DATA_PARALLEL_SIZE = 4  # ranks a step runs on: what the explorer and Hypothesis reach
 NUM_TOKENS_DOMAIN: tuple[int, ...] = (1, 2, 3, 4, 5)
 
 
@@ -108,6 +109,9 @@ class Scenario:
     # layers only (``target_attn_layer_names``, ``34:v1/worker/gpu/model_runner.py:711-718``).
     varlen_decode_bound: bool = False
     attention_support_draft_only: bool = False
+    # --data-parallel-size: the ranks every serving step runs on together (MRV2; 1 to
+    # MAX_DATA_PARALLEL_SIZE). Each execute_model names the other ranks' batches (``peers``).
+    data_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -136,6 +140,8 @@ class Scenario:
                 and self.attention_support is not AttentionCGSupport.ALWAYS):
             return ("attention_support_draft_only describes a weaker draft backend under adaptive verification "
                     "(a drafter with a model, attention_support below ALWAYS)")
+        if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL_SIZE:
+            return f"the modelled data_parallel_size is 1 to {MAX_DATA_PARALLEL_SIZE}"
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -176,9 +182,9 @@ class Scenario:
         for name, value in data.items():
             if name in enums:
                 kwargs[name] = parse_enum(enums[name], value)
-            elif name == "uniform_decode_query_len":
+            elif name in ("uniform_decode_query_len", "data_parallel_size"):
                 if not isinstance(value, int) or isinstance(value, bool):
-                    raise ValueError("scenario field uniform_decode_query_len must be an integer")
+                    raise ValueError(f"scenario field {name} must be an integer")
                 kwargs[name] = value
             else:
                 if not isinstance(value, bool):
@@ -189,7 +195,7 @@ class Scenario:
 
 # Fields added after the first trace format; a trace without them reads as their defaults.
 OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache",
-                   "varlen_decode_bound", "attention_support_draft_only")
+                   "varlen_decode_bound", "attention_support_draft_only", "data_parallel_size")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.

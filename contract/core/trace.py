@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.core.events import Event, event_from_json, event_to_json
+from contract.core.events import Event, event_from_json, event_to_json, ranks_problem
 from contract.core.output import one_line
 from contract.core.policy import Policy
 from contract.core.properties import PROPERTIES, Violation, check
@@ -175,6 +175,9 @@ def loads(text: str, source: str = "<trace>") -> Trace:
         events = [event_from_json(e) for e in data["events"]]
     except (ValueError, TypeError) as exc:
         raise TraceError(f"{source}: {exc}") from None
+    problem = ranks_problem(events, scenario.data_parallel_size)
+    if problem:
+        raise TraceError(f"{source}: {problem}")
     prop = data.get("property")
     if prop is not None and (not isinstance(prop, str) or prop not in PROPERTIES):
         raise TraceError(f"{source}: unknown property {prop!r}; expected one of {', '.join(PROPERTIES)}")

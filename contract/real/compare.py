@@ -44,6 +44,8 @@ class TraceResult:
     violations: list[dict] = field(default_factory=list)  # the model's, under the compared policy
     note: str = ""
     path: list[dict] = field(default_factory=list)  # decision points per step (``decisions.Log.path``)
+    rank_steps: int = 0  # under data parallelism: one per rank per serving step, model or vLLM
+    rank_agreeing: int = 0  # those whose rank's side is the same in both
 
     @property
     def agrees(self) -> bool:
@@ -101,6 +103,9 @@ def compare(session, trace: Trace, policy: Policy, source: str, runner: Runner =
         result.path = list(log.path)
     for i, (want, got) in enumerate(zip_longest(predicted, observed)):
         result.steps += 1
+        mine, theirs = (want or {}).get("ranks", []), (got or {}).get("ranks", [])
+        result.rank_steps += max(len(mine), len(theirs))
+        result.rank_agreeing += sum(a == b for a, b in zip(mine, theirs))
         if want == got:
             result.agreeing += 1
         else:

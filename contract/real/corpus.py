@@ -67,6 +67,10 @@ def cells(trace: Trace) -> set[tuple]:
             out.add((scenario_class, resolved, d["role"], d["runtime_mode"], acting, d["ran_eager"]))
         if step.get("halted"):
             out.add((scenario_class, resolved, "halted", step["halted"]))
+        if step.get("ranks"):  # what the data-parallel ranks ran, in rank order, whatever the settings
+            # (an idle rank's dummy batch: its uniform token count, which the agreement compares)
+            out.add(("ranks", resolved, tuple((r["runtime_mode"], r["batch"][2] if "idle" in r else None,
+                                               "need_eager" in r) for r in step["ranks"])))
     # at least one trace per property the model says a trace violates, and per adaptive-verification
     # attention setting (their observations are other scenarios', their verdicts and checks are not)
     out |= {("violates", v["property"]) for v in trace.expected_violations}

@@ -19,7 +19,7 @@ import re
 
 from contract.core.events import CaptureModel, Event, ProfileCudagraphMemory
 from contract.core.modes import PIECEWISE, CUDAGraphMode
-from contract.core.observation import GLOBAL_POOL, Action, Dispatch, LayerAction, LayerKind, StepRecord
+from contract.core.observation import GLOBAL_POOL, Action, Dispatch, LayerAction, LayerKind, RankServed, StepRecord
 from contract.core.properties import Violation, check, profiled_pairs
 from contract.core.scenario import Scenario
 
@@ -83,7 +83,8 @@ def records(steps: list[dict], events: list[Event], descriptor_from_json, *, pro
                 graphs.add((d.role, d.runtime_mode, d.batch_descriptor))
         record = StepRecord(index, event, tuple(dispatches), dict(step.get("stacks", {})),
                             dict(step.get("unwrap", {})), halted=step.get("halted"),
-                            profiled=profiled if isinstance(event, CaptureModel) else None)
+                            profiled=profiled if isinstance(event, CaptureModel) else None,
+                            ranks=tuple(RankServed.from_json(r) for r in step.get("ranks", [])))
         if isinstance(event, ProfileCudagraphMemory):
             graphs.clear()
             if not profiling_skipped and not record.halted:

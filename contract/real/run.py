@@ -46,6 +46,8 @@ class ConformanceRun:
     corpus: str
     results: list[TraceResult] = field(default_factory=list)  # file traces, each kept
     generated: dict = field(default_factory=lambda: {"traces": 0, "steps": 0, "agreeing": 0, "violations": {}})
+    # several DP ranks (every corpus): [traces, rank-steps compared, rank-steps agreeing]
+    ranks: list[int] = field(default_factory=lambda: [0, 0, 0])
     generated_diffs: list[TraceResult] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     decisions: list[dict] = field(default_factory=list)  # decisions.Log.to_json()
@@ -60,6 +62,10 @@ class ConformanceRun:
     @property
     def agreeing(self) -> int:
         return sum(r.agreeing for r in self.results) + self.generated["agreeing"]
+
+    def count_ranks(self, result: TraceResult) -> None:
+        if result.rank_steps:
+            self.ranks = [self.ranks[0] + 1, self.ranks[1] + result.rank_steps, self.ranks[2] + result.rank_agreeing]
 
     @property
     def disagreeing(self) -> list[TraceResult]:
@@ -81,6 +87,8 @@ class ConformanceRun:
             "agreement": (self.agreeing / steps) if steps else None,
             "disagreeing_traces": len(self.disagreeing),
             "capture_sizes": self.sizes,
+            **({"data_parallel": dict(zip(("traces", "rank_steps", "agreeing_rank_steps"), self.ranks))}
+               if self.ranks[0] else {}),
         }
 
     def to_json(self) -> dict:

@@ -68,6 +68,10 @@ def markdown(run: ConformanceRun) -> str:
         f"{s['generated_traces']} generated ({run.corpus} covering set)",
         f"- steps: **{s['agreeing_steps']} of {s['steps']} agree"
         + (f" ({100 * s['agreement']:.2f}%)**" if s["steps"] else "**"),
+        *([f"- several data-parallel ranks: {s['data_parallel']['traces']} traces, each rank a process of its own "
+           f"joined by `torch.distributed` (gloo, 127.0.0.1) running vLLM's `dispatch_cg_and_sync_dp`: "
+           f"**{s['data_parallel']['agreeing_rank_steps']} of {s['data_parallel']['rank_steps']} rank-steps agree**"]
+          if "data_parallel" in s else []),
         f"- decision points made by vLLM's code: {_pct(share(run.decisions))} of the step × point pairs "
         f"(harness-mirrored points match this release's source: "
         f"{', '.join(_mirrored_label(m) + (': yes' if m['known'] else ': **no**') for m in run.mirrored) or 'none'})",

@@ -13,4 +13,5 @@ ENGINE = Engine(
     canonical_scenarios=space.canonical_scenarios,
     scenarios=space.scenarios,
     uniform_propose=True,
+    data_parallel=True,
 )

@@ -30,7 +30,8 @@ from contract.core.halts import ADAPTIVE_PROFILE_ERROR, ADAPTIVE_REJECTED
 from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
-from contract.runners.mrv2.model import spec_decode
+from contract.runners.mrv2.model import dp_utils, spec_decode
+from contract.runners.mrv2.model.dp_utils import RankBatch
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
 from contract.core.observation import (
     GLOBAL_POOL,
@@ -40,6 +41,7 @@ from contract.core.observation import (
     Dispatch,
     LayerAction,
     LayerKind,
+    RankServed,
     StepRecord,
 )
 from contract.core.properties import profiled_pairs
@@ -129,13 +131,15 @@ def enabled(scenario: Scenario, policy, state: RunnerState, event: Event) -> boo
     if isinstance(event, CaptureModel):
         return state.resolved and not state.captured
     if isinstance(event, ExecuteModel):
-        if event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
+        q = scenario.uniform_decode_query_len
+        if len(event.peers) != scenario.data_parallel_size - 1 or any(
+                p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
             return False
         return state.captured
     if isinstance(event, Propose):
         if event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
             return False
-        return state.captured and scenario.drafter is DrafterKind.WITH_MODEL
+        return state.captured and scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1
     return False
 
 
@@ -148,6 +152,7 @@ class _Step:
         self.changes: list[str] = []
         self.context = ""
         self.capture_phase = False
+        self.ranks: tuple[RankServed, ...] = ()
 
     def set(self, note: str | None = None, **changes) -> None:
         self.state = replace(self.state, **changes)
@@ -394,13 +399,26 @@ class _Step:
         num_reqs, utc, mql = self.batch(num_tokens, uniform)
         return max(num_tokens, cgu.dispatch(self.state.target, num_reqs, num_tokens, utc, mql).num_tokens)
 
+    def rank_batch(self, num_tokens: int, uniform: bool, need_eager: bool) -> RankBatch:
+        num_reqs, utc, mql = self.batch(num_tokens, uniform)
+        return RankBatch(num_reqs, num_tokens, utc, mql, need_eager)
+
     def execute_model(self, event: ExecuteModel) -> None:
-        num_reqs, utc, mql = self.batch(event.num_tokens, event.uniform_decode)
-        if event.force_eager:  # need_eager: dispatch_cg_and_sync_dp returns NONE
-            desc = BED(NONE, event.num_tokens, num_reqs)
-        else:
-            desc = cgu.dispatch(self.state.target, num_reqs, event.num_tokens, utc, mql)
-        self.forward("target", "target", desc)
+        own = self.rank_batch(event.num_tokens, event.uniform_decode, event.force_eager)
+        if not event.peers:  # need_eager: dispatch_cg_and_sync_dp returns NONE
+            desc = dp_utils.dispatch_cg_and_sync_dp(self.state.target, (own,))[0]
+            self.forward("target", "target", desc)
+            return
+        q, policy = self.scenario.uniform_decode_query_len, self.policy
+        batches = (own, *(dp_utils.dummy_batch(q, policy.dp_dummy_batch_aligned) if p.idle
+                          else self.rank_batch(p.num_tokens, p.uniform_decode, p.force_eager) for p in event.peers))
+        descs = dp_utils.dispatch_cg_and_sync_dp(self.state.target, batches, sync=policy.dp_sync,
+                                                 take_min=policy.dp_sync_takes_min,
+                                                 votes_need_eager=policy.dp_votes_need_eager)
+        idle = (False, *(p.idle for p in event.peers))
+        self.ranks = tuple(RankServed(d.cg_mode, d.num_tokens, b.to_json(), b.need_eager, i)
+                           for b, d, i in zip(batches, descs, idle))
+        self.forward("target", "target", descs[0])
 
     def draft_forward(self, which: str, num_reqs: int, num_tokens: int, utc: int | None, mql: int | None,
                       step_idxs, specialize: bool = False) -> None:
@@ -423,7 +441,7 @@ def step(scenario: Scenario, policy, state: RunnerState, event: Event, index: in
     except AssertionError as exc:
         st.set(halted=f"AssertionError: {exc}" if str(exc) else "AssertionError")
         extra = {}
-    record = StepRecord(index=index, event=event, dispatches=tuple(st.dispatches),
+    record = StepRecord(index=index, event=event, dispatches=tuple(st.dispatches), ranks=st.ranks,
                         halted=st.state.halted if st.state.halted != state.halted else None,
                         changes=tuple(st.changes), **extra)
     return st.state, record

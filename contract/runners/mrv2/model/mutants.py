@@ -121,4 +121,25 @@ MUTANTS: tuple[Mutant, ...] = (
            "forward: hides lead L1",
            kills=frozenset(['P1']),
            build=replacing(compile_at_first_forward=False)),
+    Mutant("mrv2_dp_sync_skipped", "mrv2_0_34", "ranks",
+           "dispatch_cg_and_sync_dp returns each rank's own descriptor without the all-reduce: a decode rank "
+           "replays its FULL graph while a rank with a mixed batch runs PIECEWISE or pads to another size",
+           kills=frozenset(['P9']),
+           build=replacing(dp_sync=False)),
+    Mutant("mrv2_dp_sync_max_mode", "mrv2_0_34", "ranks",
+           "the agreement takes the strongest rank's mode instead of the weakest (max for min): a rank that "
+           "needs eager (need_eager) re-dispatches at the agreed size and runs a graph",
+           kills=frozenset(['P9']),
+           build=replacing(dp_sync_takes_min=False)),
+    Mutant("mrv2_dp_need_eager_after_sync", "mrv2_0_33", "ranks",
+           "a rank that needs eager votes its graph's mode and runs eagerly after the agreement, telling no "
+           "other rank: the others replay a graph the eager rank does not run with them",
+           kills=frozenset(['P9']),
+           build=replacing(dp_votes_need_eager=False)),
+    Mutant("mrv2_dp_dummy_batch_one_token", "mrv2_0_34", "ranks",
+           "an idle rank's dummy batch is one token (execute_dummy_batch's _dummy_run(1), before vLLM #35376): "
+           "under speculative decoding the agreement finds no common uniform token count and every rank's "
+           "decode batch loses its FULL decode graph",
+           kills=frozenset(['P9']),
+           build=replacing(dp_dummy_batch_aligned=False)),
 )

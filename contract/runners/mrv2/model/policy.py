@@ -98,6 +98,11 @@ class Mrv2Policy:
     extensible_kv_cache_skips_profiling: bool = False
     profiling_captures: bool = True  # profile_cudagraph_memory runs capture_model(profile_only=True)
     compile_at_first_forward: bool = True  # inner PIECEWISE wrappers decided under the load-time mode
+    # dispatch_cg_and_sync_dp over several DP ranks (contract/runners/mrv2/model/dp_utils.py)
+    dp_sync: bool = True  # the ranks agree one descriptor
+    dp_sync_takes_min: bool = True  # the weakest rank's mode
+    dp_votes_need_eager: bool = True  # a rank that needs eager dispatches NONE before the agreement
+    dp_dummy_batch_aligned: bool = True  # an idle rank's dummy batch is one request of q tokens
 
     @property
     def engine(self) -> Engine:

@@ -7,7 +7,7 @@ import itertools
 
 from hypothesis import strategies as hst
 
-from contract.core.events import START_UP, ExecuteModel, Propose
+from contract.core.events import START_UP, ExecuteModel, Peer, Propose
 from contract.core.modes import (
     FULL,
     FULL_AND_PIECEWISE,
@@ -19,6 +19,7 @@ from contract.core.modes import (
     CUDAGraphMode,
 )
 from contract.core.scenario import (
+    MAX_DATA_PARALLEL_SIZE,
     NUM_TOKENS_DOMAIN,
     ConfigRejected,
     DrafterKind,
@@ -32,8 +33,15 @@ from contract.runners.mrv2.model.model_runner import has_compiled_submodule, ski
 
 def alphabet(scenario: Scenario) -> tuple:
     q = scenario.uniform_decode_query_len
-    serving = [ExecuteModel(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
+    batches = [(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
                if not uniform or n % q == 0 for eager in (False, True)]
+    if scenario.data_parallel_size > 1:
+        # The agreement reads the ranks' batches as a multiset (min, max, all-equal), so the peers
+        # are taken in sorted order: every step the ranks can bring, once.
+        peers = [Peer(0), *(Peer(*b) for b in batches)]
+        return START_UP + tuple(ExecuteModel(*b, peers=tuple(ps)) for b in batches
+                                for ps in itertools.combinations_with_replacement(peers, scenario.data_parallel_size - 1))
+    serving = [ExecuteModel(*b) for b in batches]
     serving += [Propose(n, uniform) for n in NUM_TOKENS_DOMAIN for uniform in (False, True) if not uniform or n % q == 0]
     return START_UP + tuple(serving)
 
@@ -49,7 +57,8 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
     # drafter's graphs by it, so it stays in the key.
     return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator, scenario.spec_enforce_eager,
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
-            skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only)
+            skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only,
+            scenario.data_parallel_size)
 
 
 def all_scenarios() -> list[Scenario]:
@@ -77,7 +86,18 @@ def all_scenarios() -> list[Scenario]:
                                                Speculator, (True, False), (2, 3)):
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=DrafterKind.WITH_MODEL, speculator=spec,
                             draft_compiled=dc, uniform_decode_query_len=q, spec_enforce_eager=True))
+    # Several DP ranks: every mode, without a drafter and with one (the query length an idle rank's
+    # dummy batch must match), the rest at vLLM's defaults, on two ranks (more are Hypothesis's: the
+    # agreement's min, max and all-equal show on two, and three ranks cost the explorer ten times as many
+    # events).
+    for mode, (drafter, q), dp in itertools.product((FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
+                                                    ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2)), DP_SIZES):
+        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=drafter, uniform_decode_query_len=q,
+                            data_parallel_size=dp))
     return out
+
+
+DP_SIZES = (2,)  # the explorer's; Hypothesis draws up to MAX_DATA_PARALLEL_SIZE
 
 
 def adaptive_attention(adaptive: bool, drafter: DrafterKind, support: AttentionCGSupport) -> list[tuple[bool, bool]]:
@@ -117,6 +137,7 @@ _QUERY_LEN = hst.sampled_from((2, 3))
 _SPECULATOR = hst.sampled_from((Speculator.EAGLE, *Speculator))
 _MOSTLY_ON = hst.sampled_from((True, True, False))
 _RARE = hst.sampled_from((False, False, False, True))
+_DATA_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_DATA_PARALLEL_SIZE + 1)))  # one lane in three
 # Only the pairs that apply are drawn, a weaker draft-only backend most often: they exist only under
 # adaptive verification, so a field-by-field draw would rarely reach them.
 _ADAPTIVE_PAIRS = {
@@ -151,6 +172,7 @@ def _draw_scenario(draw) -> Scenario:
         extensible_kv_cache=draw(_MOSTLY_ON),
         varlen_decode_bound=bound,
         attention_support_draft_only=draft_only,
+        data_parallel_size=draw(_DATA_PARALLEL_SIZE),
     )
 
 

@@ -19,7 +19,8 @@ from contract.real.compare import TraceResult, compare, predict
 from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
-from contract.core.scenario import DrafterKind, Runner, all_scenarios
+from contract.core.modes import FULL_AND_PIECEWISE
+from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, DrafterKind, Runner, all_scenarios
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
@@ -27,6 +28,8 @@ from contract.runners.mrv2.real import sizes
 from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPLAYED_WITHOUT_MODEL, REPLAYED_SPECULATORS
 from contract.runners.mrv2.model import space
 from contract.runners.mrv2.model.space import adaptive_attention
+
+NOT_REPLAYED_RANKS_ON_CUDA = "not replayed (several data-parallel ranks replay on CPU only)"
 
 # The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
 # (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
@@ -40,7 +43,8 @@ def scenarios(policy: Policy) -> Iterator:
     declared varlen bound and weaker draft-only backend that applies); under a release
     whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
     ``profile_cudagraph_memory`` captures. Under ``spec_enforce_eager``, the model space's scenarios
-    of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults)."""
+    of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults), and
+    so on several data-parallel ranks (each trace one process per rank, ``dp_utils.replay_ranks``)."""
     kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
     for extensible in kv_cache:
         for s in all_scenarios(Runner.MRV2):
@@ -62,6 +66,11 @@ def scenarios(policy: Policy) -> Iterator:
         for s in space.all_scenarios():
             if s.spec_enforce_eager and s.speculator in REPLAYED_SPECULATORS:
                 yield replace(s, extensible_kv_cache=extensible)
+    # the ranks' agreement reads no KV-cache setting: once, at its default; vLLM's defaults on 3 and 4 ranks
+    on_ranks = [s for s in space.all_scenarios() if s.data_parallel_size > 1]
+    yield from on_ranks
+    yield from (replace(s, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1) for s in on_ranks
+                if s.cudagraph_mode is FULL_AND_PIECEWISE)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
@@ -105,6 +114,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
     for trace, source in replayable:
         result = _compare(session, trace, policy, source)
         out.results.append(result)
+        out.count_ranks(result)
         if trace.policy == policy.name and result.violations:
             out.findings.append(finding(result, policy.name, result.violations))
         progress.advance()
@@ -120,6 +130,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
         counts: Counter = Counter()
         for trace in traces:
             result = _compare(session, trace, policy, trace.name)
+            out.count_ranks(result)
             out.generated["traces"] += 1
             out.generated["steps"] += result.steps
             out.generated["agreeing"] += result.agreeing
@@ -150,6 +161,9 @@ def _compare(session, trace: Trace, policy: Policy, source: str):
             and trace.scenario.speculator not in REPLAYED_SPECULATORS):
         return TraceResult(trace.name or source, source, trace.policy,
                            NOT_REPLAYED_SPECULATOR.format(trace.scenario.speculator.name))
+    if trace.scenario.data_parallel_size > 1 and session.device == "cuda":
+        # the ranks are forked from the replay's process, which a CUDA context cannot follow
+        return TraceResult(trace.name or source, source, trace.policy, NOT_REPLAYED_RANKS_ON_CUDA)
     try:
         return compare(session, trace, policy, source, Runner.MRV2)
     except (CannotBuild, TraceError) as exc:

@@ -35,11 +35,21 @@ from dataclasses import dataclass, field
 
 from contract.real import decisions, device, errors, observe, platform
 from contract.runners.mrv2.real.modules import MODULES, NOT_REPLAYED_WITHOUT_MODEL
-from contract.runners.mrv2.real import attention, backends, cudagraph_utils, decision_points, model_runner, spec_decode
+from contract.runners.mrv2.real import (
+    attention,
+    backends,
+    cudagraph_utils,
+    decision_points,
+    dp_utils,
+    model_runner,
+    spec_decode,
+)
 from contract.real.observe import Call, Recorder
 from contract.real.simcuda import SimCuda
 from contract.real.vllm_config import ConfigCache, config_key
 from contract.core.events import Event, event_to_json
+from contract.core.modes import CUDAGraphMode
+from contract.core.observation import RankServed
 from contract.runners.mrv2.model.model_runner import PROFILE_NUM_TOKENS
 from contract.core.scenario import DrafterKind, Scenario
 
@@ -233,10 +243,15 @@ class Session:
             self._models[key] = spec_decode.draft_model(vllm_config, scenario, hidden_size).to(self.torch_device)
         return self._models[key]
 
-    def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
+    def replay(self, scenario: Scenario, events: list[Event], dp_rank: int | None = None) -> list[dict]:
+        """The trace's steps; on several DP ranks, one process per rank (``dp_utils.replay_ranks``),
+        each calling this with its ``dp_rank``."""
+        if dp_rank is None and scenario.data_parallel_size > 1:
+            self.decisions.start_trace()
+            return dp_utils.replay_ranks(self, scenario, events)
         self.reset()
         steps: list[dict] = []
-        self.run = RealRun(self, scenario)
+        self.run = RealRun(self, scenario, dp_rank or 0)
         try:
             for event in events:
                 step = self.run.apply(event)
@@ -270,7 +285,7 @@ _NO_COLLECT = _NoCollect()
 class RealRun:
     """The stand-in runner for one trace and the step functions that drive vLLM's code."""
 
-    def __init__(self, session: Session, scenario: Scenario) -> None:
+    def __init__(self, session: Session, scenario: Scenario, dp_rank: int = 0) -> None:
         self.session, self.scenario = session, scenario
         self.recorder = session.recorder
         if scenario.drafter is DrafterKind.WITHOUT_MODEL:
@@ -290,6 +305,7 @@ class RealRun:
             session.gpu_model_runner, vllm_config, self.model, session.torch_device
         )
         self.runner.initialize_kv_cache = self.initialize_kv_cache
+        self.runner.dp_size, self.runner.dp_rank = scenario.data_parallel_size, dp_rank
         self.recorder.models[id(self.model)] = "target"
         self.speculator: spec_decode.Observed | None = None
         if speculator is not None:
@@ -556,17 +572,26 @@ class RealRun:
 
     def on_execute_model(self, event) -> None:
         """The scheduler's batch (``model_runner.scheduled_batch``), then ``execute_model``'s own
-        statements from the batch to the dispatch."""
-        scheduler_output = model_runner.scheduled_batch(self.runner, event.num_tokens, event.uniform_decode)
-        got = self.session.blocks.batch(self.runner, scheduler_output=scheduler_output, dummy_run=False)
+        statements from the batch to the dispatch. On several DP ranks each rank takes its own
+        batch of the step; an idle rank's is vLLM's dummy batch (``execute_dummy_batch``), read by
+        the same statements as a dummy run."""
+        rank = self.runner.dp_rank
+        batch = event if rank == 0 else event.peers[rank - 1]
+        idle = rank > 0 and batch.idle
+        if idle:
+            scheduler_output = dp_utils.dummy_scheduler_output(self.vllm_config)
+        else:
+            scheduler_output = model_runner.scheduled_batch(self.runner, batch.num_tokens, batch.uniform_decode)
+        got = self.session.blocks.batch(self.runner, scheduler_output=scheduler_output, dummy_run=idle)
         self.execute(got["num_toks"], got["num_reqs"], got["uniform_tok_count"], got["max_query_len"],
-                     is_profile=event.force_eager, scheduler_output=scheduler_output)
+                     is_profile=batch.force_eager, scheduler_output=scheduler_output, idle=idle)
 
     # -- helpers ------------------------------------------------------------------------------
 
     def execute(self, num_toks: int, num_reqs: int, uniform_tok_count, max_query_len, *, is_profile: bool,
-                context: str = "execute_model", scheduler_output=None) -> None:
-        """``execute_model``'s dispatch statement and "Run model" branch, vLLM's own."""
+                context: str = "execute_model", scheduler_output=None, idle: bool = False) -> None:
+        """``execute_model``'s dispatch statement and "Run model" branch, vLLM's own; on several DP
+        ranks a serving step also records this rank's side (``RankServed``'s form)."""
         import torch
 
         if scheduler_output is None:
@@ -577,6 +602,9 @@ class RealRun:
             skip_attn_for_dummy_run=False, scheduler_output=scheduler_output,
         )
         batch_desc = out["batch_desc"]
+        if self.runner.dp_size > 1 and context == "execute_model":
+            self.step["rank"] = RankServed(CUDAGraphMode[batch_desc.cg_mode.name], batch_desc.num_tokens,
+                                           (num_reqs, num_toks, uniform_tok_count), is_profile, idle).to_json()
         prepared = self.session.blocks.prepare_inputs(
             self.runner, batch_req_state=types.SimpleNamespace(num_tokens=num_toks), batch_desc=batch_desc)
         padded = prepared["num_tokens_after_padding"]
