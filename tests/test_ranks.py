@@ -97,7 +97,7 @@ from contract.core.scenario import DrafterKind, Runner, Scenario  # noqa: E402
 from contract.core.trace import TraceError, loads  # noqa: E402
 from contract.runners.mrv2.model import cudagraph_utils as cgu  # noqa: E402
 from contract.runners.mrv2.model.dp_utils import RankBatch, dispatch_cg_and_sync_dp, dummy_batch  # noqa: E402
-from contract.runners.mrv2.real.dp_utils import merged  # noqa: E402
+from contract.real.ranks import merged  # noqa: E402
 
 SPEC = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2, data_parallel_size=2)
 BUSY = RankServed(FULL, 4, (2, 4, 2))
@@ -161,7 +161,8 @@ def test_a_rank_left_waiting_is_p9_and_a_rank_that_raised_of_its_own_stops_the_s
     serve = {"event": {"event": "execute_model"}, "rank": side}
     waited = {"event": {"event": "execute_model"}, "halted": "RuntimeError: [gloo/transport/tcp] Timed out"}
     out = merged([[start, waited], [start, serve, serve]])
-    assert len(out) == 2 and "halted" not in out[1] and out[1]["ranks"] == [{"raised": waited["halted"]}, side]
+    assert len(out) == 2 and "halted" not in out[1]
+    assert out[1]["ranks"] == [{"raised": "RuntimeError in a collective another rank skipped or left"}, side]
     own = {"event": {"event": "execute_model"}, "halted": "AssertionError: dp"}
     out = merged([[start, serve], [start, own]])
     assert out[1]["halted"] == "DP rank 1: AssertionError: dp" and out[1]["ranks"][1] == {"raised": "AssertionError: dp"}

@@ -307,6 +307,7 @@ def cli(*args, env=None) -> subprocess.CompletedProcess:
                           cwd=ROOT, env={**os.environ, **(env or {})}, timeout=900)
 
 
+@pytest.mark.evidence  # make test's branch check on the size grid is the found bug's (tests/test_bugs.py)
 @pytest.mark.conformance
 def test_an_edited_0_34_tree_that_truncates_the_size_ladder_gives_a_new_p8_class(tmp_path):
     """A hand edit of 0.34.0's size derivation (``tests/trees.py``, "sizes"), checked on a size witness
@@ -336,7 +337,7 @@ def test_an_edited_0_34_tree_that_truncates_the_size_ladder_gives_a_new_p8_class
     assert clean.returncode == 0 and "0 new" in clean.stdout, clean.stdout + clean.stderr
 
 
-@pytest.mark.evidence  # make test shows P8 on the truncated ladder above; this second edit is make evidence's
+@pytest.mark.evidence  # the second edit of the size derivation, beside the truncated ladder above
 @pytest.mark.conformance
 def test_an_edited_0_34_tree_that_captures_a_mode_not_configured_gives_a_monotonicity_class(tmp_path):
     """A hand edit of 0.34.0's manager (``tests/trees.py``, "unconfigured"): under FULL_DECODE_ONLY mixed

@@ -161,7 +161,7 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
     if v.property == "P9":
         first = v.message.split(";")[0]
         what = (DIFFERENT_MODES if "different runtime modes" in first else DIFFERENT_TOKENS if "token counts" in first
-                else RANK_EAGER if "needs eager" in first else RANK_HUNG if "never answered" in first
+                else RANK_EAGER if "needs eager" in first else RANK_HUNG if "leaving the others waiting" in first
                 else DUMMY_UNALIGNED)
         return "target", "-" if what in (DIFFERENT_MODES, RANK_HUNG) else record.ranks[0].runtime_mode.name, what
     if d is None:

@@ -298,7 +298,7 @@ def accounting(scenario: Scenario, runner: Runner, record: StepRecord) -> list[V
 
 
 def rank_agreement(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
-    """DP ranks run every forward together (``dispatch_cg_and_sync_dp``, ``34:v1/worker/gpu/dp_utils.py:236-360``):
+    """DP ranks run every forward together (``dispatch_cg_and_sync_dp``, ``34:v1/worker/gpu/dp_utils.py:49-353``):
     every rank runs one runtime mode, NONE where any rank needs eager (``need_eager``), and where
     it is a graph the same padded token count; an idle rank's dummy batch is a uniform decode of
     ``q`` tokens per request, the shape a busy rank's decode batch has, or the agreement drops the
@@ -309,8 +309,8 @@ def rank_agreement(scenario: Scenario, runner: Runner, record: StepRecord) -> li
     stopped = [i for i, r in enumerate(record.ranks) if r.raised is not None]
     if stopped:
         r = record.ranks[stopped[0]]
-        return [Violation("P9", record.index, f"rank {stopped[0]} raised or never answered, leaving the others "
-                          f"waiting ({r.raised})")]
+        return [Violation("P9", record.index, f"rank {stopped[0]} stopped ({r.raised}): the ranks never answered "
+                          "each other's collectives again, leaving the others waiting")]
     problems = []
     modes = sorted({r.runtime_mode.name for r in record.ranks})
     if len(modes) > 1:

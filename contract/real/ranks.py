@@ -8,8 +8,9 @@ group with a bound on every collective. Each process calls ``target(rank, world_
 which installs vLLM's DP group over that group (``install_dp_group``: a ``GroupCoordinator``, whose
 ``cpu_all_reduce_`` vLLM's DP sync calls, ``34:distributed/parallel_state.py:1385-1387``), and sends
 back what it returns. A rank that does not answer by the deadline is reported as hung and every
-process is killed: a disagreement ends as a reported hang, never as a stuck run. The ranks touch
-no device (the DP sync is vLLM's CPU all-reduce). A long campaign spreads the same way over
+process is killed: a disagreement ends as a reported hang, never as a stuck run. ``replay_ranks``
+runs a whole trace so, each rank through its family's ``Session.replay`` with its ``dp_rank``, and
+joins the ranks' steps (``merged``). The ranks touch no device (the DP sync is vLLM's CPU all-reduce). A long campaign spreads the same way over
 machines: ``torch.distributed`` takes ``MASTER_ADDR`` from its launcher, and nothing here is
 specific to one host but the address.
 """
@@ -19,8 +20,13 @@ from __future__ import annotations
 import queue
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+
+from contract.core.modes import NONE
+from contract.core.observation import RankServed
+from contract.real import decisions, overlay
 
 LOOPBACK = "127.0.0.1"
 HUNG = "hung"  # a rank's answer when it did not finish within the timeout
@@ -101,3 +107,85 @@ def run(target: Callable, payload, world_size: int, timeout_s: float, deadline_s
                 p.kill()
                 p.join()
     return [got.get(r, HUNG) for r in range(world_size)]
+
+
+# -- a trace on every rank -------------------------------------------------------------------
+
+TRACE_DEADLINE_S = 300.0  # one trace on every rank, its first-forward compile included
+
+
+def _replay_rank(rank: int, world_size: int, payload: dict) -> dict:
+    """One rank's replay of a trace (the family's ``Session.replay`` with its ``dp_rank``), in a
+    process forked from the replay's: its steps, and for rank 0 the decision points the trace reached."""
+    install_dp_group(payload["timeout_s"])
+    session = payload["session"]
+    before = Counter(session.decisions.steps)  # forked: the parent's counts so far
+    steps = session.replay(payload["scenario"], payload["events"], dp_rank=rank)
+    finder = overlay.installed()
+    out = {"steps": steps, "reached": sorted(finder.reached) if finder else []}
+    if rank == 0:
+        out.update(path=session.decisions.path, counted=list((session.decisions.steps - before).items()),
+                   where=dict(decisions.WHERE))
+    return out
+
+
+def replay_ranks(session, scenario, events, timeout_s: float) -> list[dict]:
+    """A trace on ``scenario.data_parallel_size`` ranks, one process each joined by gloo
+    (``run``), every rank replaying the whole trace with its own batch at each
+    ``execute_model``: rank 0's steps, each serving step with every rank's side (``ranks``). A
+    rank whose code raised stops the step (``DP rank r: ...``), and so does a rank that never
+    answered (a hang, ended by the collectives' bound); the decision points are rank 0's."""
+    answers = run(_replay_rank, {"session": session, "scenario": scenario, "events": events, "timeout_s": timeout_s},
+                  scenario.data_parallel_size, timeout_s, TRACE_DEADLINE_S)
+    finder = overlay.installed()
+    for answer in answers:
+        if answer != HUNG and finder is not None:
+            finder.reached.update(answer["reached"])
+    if answers[0] != HUNG:
+        session.decisions.path = answers[0]["path"]
+        for key, n in answers[0]["counted"]:
+            session.decisions.steps[key] += n
+        for point, found in answers[0]["where"].items():
+            decisions.WHERE.setdefault(point, found)
+    return merged([None if a == HUNG else a["steps"] for a in answers])
+
+
+def left_waiting(text: str) -> bool:
+    """Whether a rank stopped in a collective of the ranks' gloo group (a peer that skipped it, left
+    or never came) or never answered, not for a reason of its own."""
+    return text == RankServed.NO_ANSWER or "gloo" in text.lower()
+
+
+def side_of(text: str) -> str:
+    """A stopped rank's side: gloo's text names ports and peers, so a collective's failure is said by
+    the exception's type alone (reports stay byte-stable); vLLM's own errors as normalised."""
+    if text != RankServed.NO_ANSWER and left_waiting(text):
+        return f"{text.split(':')[0]} in a collective another rank skipped or left"
+    return text
+
+
+def merged(per_rank: list[list[dict] | None]) -> list[dict]:
+    """One trace's steps from every rank's (None: a rank that never answered): rank 0's, each serving
+    step with every rank's side. Where a rank stopped, the step has every rank's side, the stopped
+    ones as ``raised``, and the trace ends there; a rank whose own code raised (not a collective
+    another rank left it waiting in) stops the step too (``halted``, ``DP rank r: ...``)."""
+    base = next((steps for steps in per_rank if steps is not None), [])
+    out: list[dict] = []
+    for k, template in enumerate(base):
+        own = per_rank[0][k] if per_rank[0] is not None and k < len(per_rank[0]) else template
+        step = {key: value for key, value in own.items() if key not in ("rank", "halted", "raised_at")}
+        sides = [steps[k] if steps is not None and k < len(steps) else None for steps in per_rank]
+        stopped = {r: RankServed.NO_ANSWER if side is None else side["halted"]
+                   for r, side in enumerate(sides) if side is None or "halted" in side}
+        own_reason = next(((r, text) for r, text in stopped.items() if not left_waiting(text)), None)
+        if own_reason is not None and own_reason[0] == 0:
+            step.update({key: own[key] for key in ("halted", "raised_at") if key in own})
+        elif own_reason is not None:
+            step["halted"] = f"DP rank {own_reason[0]}: {own_reason[1]}"
+        if stopped or any(side is not None and "rank" in side for side in sides):
+            step["ranks"] = [RankServed.stopped(side_of(stopped[r])).to_json() if r in stopped
+                             else side.get("rank", RankServed(NONE, 0).to_json()) for r, side in enumerate(sides)]
+        out.append(step)
+        if stopped:
+            break
+    return out

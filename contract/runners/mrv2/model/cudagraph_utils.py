@@ -4,8 +4,8 @@ functions over an immutable manager value.
 A manager owns the FULL graphs it captured around a NONE-mode forward (``self.graphs``, keyed by
 ``BatchExecutionDescriptor``) and, for PIECEWISE, routes to its breakable runner or to the model.
 Candidates follow ``_init_candidates``; dispatch follows ``dispatch`` and ``_is_compatible``. The
-modelled space has no LoRA, no micro-batching and one DP rank, so ``num_active_loras`` is 0 and
-``num_ubatches`` 1 everywhere and are left out of the descriptor.
+modelled space has no LoRA and no micro-batching (several DP ranks agree in ``dp_utils.py``), so
+``num_active_loras`` is 0 and ``num_ubatches`` 1 everywhere and are left out of the descriptor.
 """
 
 from __future__ import annotations

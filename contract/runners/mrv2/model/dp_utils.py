@@ -6,7 +6,7 @@ agrees one descriptor: an all-reduce of each rank's token count, mode, uniform t
 query-length bound; NONE on every rank when any rank's mode is NONE (each then runs its own token
 count); else a re-dispatch on every rank at the largest token count, with the uniform token count
 only where all ranks share it and the largest query-length bound only where every rank has one
-(``34:…/dp_utils.py:52-230``, ``33:…:49-210``; the micro-batch branch is outside the modelled space).
+(``34:…/dp_utils.py:49-229``, ``33:…:45-209``; the micro-batch branch is outside the modelled space).
 The ranks' managers are alike: every rank runs the same start-up, so one manager value serves all.
 
 An idle rank runs the worker's dummy batch: ``execute_dummy_batch`` asks ``_dummy_run`` for

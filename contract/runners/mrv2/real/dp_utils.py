@@ -10,16 +10,15 @@ marked captured, as in ``sizes.py``). An idle rank's batch is vLLM's own: ``Work
 and ``GPUModelRunner._dummy_run`` run on a runner holding what they read (``idle_batch``) up to
 ``execute_model``, whose dispatch inputs follow ``execute_model`` and ``gather_batch_req_state``'s
 dummy branch (``34:v1/worker/gpu/model_runner.py:1863-1866,1387-1391``); the model's idle batch
-(``contract/core/ranks.py``) is what P8 holds the step to.
+(``contract/core/ranks.py``) is what P8 holds the step to. A trace on several ranks takes an idle
+rank's ``SchedulerOutput`` from the same code (``dummy_scheduler_output``), and its DP sync
+timeout from here (``TIMEOUT_S``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 
-from contract.core.modes import NONE
-from contract.core.observation import RankServed
 from contract.core.ranks import rank_steps
 from contract.core.sizes import DP_SIZE, SizeSetting
 from contract.real import overlay, ranks, size_observer
@@ -141,78 +140,4 @@ def observe(session, settings: list[SizeSetting]) -> list[list[dict] | str]:
         if finder is not None:
             finder.reached.update(answer["reached"])
         out.append(answer["records"])
-    return out
-
-
-TRACE_DEADLINE_S = 300.0  # one trace on every rank, its first-forward compile included
-
-
-def _replay_rank(rank: int, world_size: int, payload: dict) -> dict:
-    """One rank's replay of a trace (``Session.replay`` with its ``dp_rank``), in a process forked
-    from the replay's: its steps, and for rank 0 the decision points the trace reached."""
-    from contract.real import decisions
-
-    ranks.install_dp_group(TIMEOUT_S)
-    session = payload["session"]
-    before = Counter(session.decisions.steps)  # forked: the parent's counts so far
-    steps = session.replay(payload["scenario"], payload["events"], dp_rank=rank)
-    finder = overlay.installed()
-    out = {"steps": steps, "reached": sorted(finder.reached) if finder else []}
-    if rank == 0:
-        out.update(path=session.decisions.path, counted=list((session.decisions.steps - before).items()),
-                   where=dict(decisions.WHERE))
-    return out
-
-
-def replay_ranks(session, scenario, events) -> list[dict]:
-    """A trace on ``scenario.data_parallel_size`` ranks, one process each joined by gloo
-    (``contract/real/ranks.py``), every rank replaying the whole trace with its own batch at each
-    ``execute_model``: rank 0's steps, each serving step with every rank's side (``ranks``). A
-    rank whose code raised stops the step (``DP rank r: ...``), and so does a rank that never
-    answered (a hang, ended by the collectives' bound); the decision points are rank 0's."""
-    from contract.real import decisions
-
-    answers = ranks.run(_replay_rank, {"session": session, "scenario": scenario, "events": events},
-                        scenario.data_parallel_size, TIMEOUT_S, TRACE_DEADLINE_S)
-    finder = overlay.installed()
-    for answer in answers:
-        if answer != ranks.HUNG and finder is not None:
-            finder.reached.update(answer["reached"])
-    if answers[0] != ranks.HUNG:
-        session.decisions.path = answers[0]["path"]
-        for key, n in answers[0]["counted"]:
-            session.decisions.steps[key] += n
-        for point, found in answers[0]["where"].items():
-            decisions.WHERE.setdefault(point, found)
-    return merged([None if a == ranks.HUNG else a["steps"] for a in answers])
-
-
-def left_waiting(text: str) -> bool:
-    """Whether a rank stopped in a collective of the ranks' gloo group (a peer that skipped it, left
-    or never came) or never answered, not for a reason of its own."""
-    return text == RankServed.NO_ANSWER or "gloo" in text.lower()
-
-
-def merged(per_rank: list[list[dict] | None]) -> list[dict]:
-    """One trace's steps from every rank's (None: a rank that never answered): rank 0's, each serving
-    step with every rank's side. Where a rank stopped, the step has every rank's side, the stopped
-    ones as ``raised``, and the trace ends there; a rank whose own code raised (not a collective
-    another rank left it waiting in) stops the step too (``halted``, ``DP rank r: ...``)."""
-    base = next((steps for steps in per_rank if steps is not None), [])
-    out: list[dict] = []
-    for k, template in enumerate(base):
-        own = per_rank[0][k] if per_rank[0] is not None and k < len(per_rank[0]) else template
-        step = {key: value for key, value in own.items() if key not in ("rank", "halted")}
-        sides = [steps[k] if steps is not None and k < len(steps) else None for steps in per_rank]
-        stopped = {r: RankServed.NO_ANSWER if side is None else side["halted"]
-                   for r, side in enumerate(sides) if side is None or "halted" in side}
-        own_reason = next(((r, text) for r, text in stopped.items() if not left_waiting(text)), None)
-        if own_reason is not None:
-            step["halted"] = own["halted"] if own_reason[0] == 0 else f"DP rank {own_reason[0]}: {own_reason[1]}"
-        if stopped or any(side is not None and "rank" in side for side in sides):
-            step["ranks"] = [RankServed.stopped(stopped[r]).to_json() if r in stopped
-                             else side.get("rank", RankServed(NONE, 0).to_json()) for r, side in enumerate(sides)]
-        out.append(step)
-        if stopped:
-            break
     return out

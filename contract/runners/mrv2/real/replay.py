@@ -6,7 +6,8 @@ first forward: real Dynamo compiles through ``VllmBackend`` under the mode as po
 ``execute_model`` steps. What is vLLM's own: ``VllmConfig.__post_init__``, the ``@support_torch_compile``
 decision and Dynamo compile, ``has_compiled_submodule``, adaptive verification's rewrite, resolve,
 ``ModelCudaGraphManager`` (candidates, capture loop, ``dispatch``, ``run_fullgraph``,
-``run_pw_graph``, the breakable runner), ``dispatch_cg_and_sync_dp`` (one DP rank), the
+``run_pw_graph``, the breakable runner), ``dispatch_cg_and_sync_dp`` (its all-reduce over one process per rank
+for a trace on several DP ranks, ``contract/real/ranks.py``), the
 ``execute_model`` dispatch statement and "Run model" branch, ``capture_model`` entire, and the
 wrappers' gating, capture and replay. The harness writes the scheduler's side of a step (request
 and token counts) and the stand-ins listed in ``model_runner.py``.
@@ -33,7 +34,7 @@ import sys
 import types
 from dataclasses import dataclass, field
 
-from contract.real import decisions, device, errors, observe, platform
+from contract.real import decisions, device, errors, observe, platform, ranks
 from contract.runners.mrv2.real.modules import MODULES, NOT_REPLAYED_WITHOUT_MODEL
 from contract.runners.mrv2.real import (
     attention,
@@ -244,11 +245,11 @@ class Session:
         return self._models[key]
 
     def replay(self, scenario: Scenario, events: list[Event], dp_rank: int | None = None) -> list[dict]:
-        """The trace's steps; on several DP ranks, one process per rank (``dp_utils.replay_ranks``),
-        each calling this with its ``dp_rank``."""
+        """The trace's steps; on several DP ranks, one process per rank (``ranks.replay_ranks``), each
+        calling this with its ``dp_rank``."""
         if dp_rank is None and scenario.data_parallel_size > 1:
             self.decisions.start_trace()
-            return dp_utils.replay_ranks(self, scenario, events)
+            return ranks.replay_ranks(self, scenario, events, dp_utils.TIMEOUT_S)
         self.reset()
         steps: list[dict] = []
         self.run = RealRun(self, scenario, dp_rank or 0)
