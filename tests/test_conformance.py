@@ -141,6 +141,9 @@ def test_every_step_agrees_with_real_vllm(jobs, version):
     assert data["trace_files"] >= 8
     assert data["generated_traces"] > 100 and data["steps"] > 2000
     assert data["agreeing_steps"] == data["steps"], json.dumps(data["disagreements"], indent=1)[:4000]
+    # the several-rank traces, each rank a process joined by gloo running coordinate_batch_across_dp
+    ranks = data["data_parallel"]
+    assert ranks["traces"] >= 5 and ranks["agreeing_rank_steps"] == ranks["rank_steps"] > 200
     assert rc == 0
 
 

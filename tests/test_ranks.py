@@ -149,8 +149,9 @@ def test_peers_round_trip_and_bad_ones_get_one_line():
         assert says in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(TraceError, match="data_parallel_size is 1 to 4"):
         loads(head + '"scenario": {"runner": "MRV2", "data_parallel_size": 5}, "events": []}', "t.json")
-    with pytest.raises(TraceError, match="outside the modelled MRV1 space"):
-        loads(head + '"scenario": {"runner": "MRV1", "data_parallel_size": 2}, "events": []}', "t.json")
+    with pytest.raises(TraceError, match="on Model Runner V1 are modelled without a drafter or micro-batching"):
+        loads(head + '"scenario": {"runner": "MRV1", "data_parallel_size": 2, "drafter": "with_model", '
+                     '"uniform_decode_query_len": 2}, "events": []}', "t.json")
     assert SPEC.to_json()["data_parallel_size"] == 2
     assert "data_parallel_size" not in Scenario(runner=Runner.MRV2).to_json()
 
@@ -201,3 +202,24 @@ def test_the_edited_tree_on_a_two_rank_trace_is_a_new_p9_hang(tmp_path):
     new = [c for c in data["new"] if c["property"] == "P9"]
     assert new and new[0]["severity"] == "hang" and new[0]["what"] == sizes.RANK_HUNG, data["new"]
     assert time.monotonic() - started < 300
+
+
+def test_model_runner_v1_agrees_as_coordinate_batch_across_dp():
+    """33:v1/worker/dp_utils.py:114-187 and the re-dispatch of 33:v1/worker/gpu_model_runner.py:3728-3769:
+    the minimum mode; under a graph every rank at the largest padded count, else each at its own; the
+    agreed mode the only one the re-dispatch allows, and its count asserted."""
+    from contract.core.forward_context import BatchDescriptor
+    from contract.runners.mrv1.model.dp_utils import ASSERTION, RankBatch as V1Batch
+    from contract.runners.mrv1.model.dp_utils import determine_batch_execution_and_padding as agree
+
+    def dispatch(num_tokens, uniform, valid):  # graphs of 2 and 4 tokens: FULL for uniform batches, PIECEWISE
+        allowed = valid or {NONE, PIECEWISE, FULL}
+        mode = NONE if num_tokens > 4 else FULL if uniform and FULL in allowed else PIECEWISE if PIECEWISE in allowed \
+            else NONE
+        return mode, BatchDescriptor(num_tokens if mode is NONE else 2 if num_tokens <= 2 else 4)
+
+    decode, mixed, eager = V1Batch(1, 1, True), V1Batch(3, 3, False), V1Batch(3, 3, False, force_eager=True)
+    assert [(r.mode, r.desc.num_tokens) for r in agree(dispatch, (decode, mixed))] == [(PIECEWISE, 4)] * 2
+    assert [(r.mode, r.desc.num_tokens) for r in agree(dispatch, (decode, eager))] == [(NONE, 2), (NONE, 3)]
+    broken = agree(dispatch, (V1Batch(1, 1, False), eager), syncs_mode=False)
+    assert broken[0].raised == ASSERTION and broken[1].mode is NONE  # PIECEWISE pads 3 to 4: the count's assert

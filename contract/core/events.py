@@ -10,6 +10,7 @@ of an order vLLM never runs.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
@@ -155,6 +156,16 @@ def _peers_from_json(data) -> tuple[Peer, ...]:
         raise ValueError("event execute_model: peers must be a list of [num_tokens >= 0, uniform_decode, force_eager], "
                          "one per other data-parallel rank")
     return tuple(Peer(*p) for p in data)
+
+
+def on_ranks(batches: list[tuple[int, bool, bool]], data_parallel_size: int) -> tuple[ExecuteModel, ...]:
+    """Every step ``data_parallel_size`` ranks can bring, each of ``batches`` (``(num_tokens,
+    uniform_decode, force_eager)``) beside each multiset of the others' (those batches or idle): the
+    agreement reads the ranks' batches as a multiset (a minimum, a maximum, an all-equal), so the
+    peers are taken in sorted order, C(b + n - 1, n - 1) peer sets for b batches on n ranks."""
+    peers = [Peer(0), *(Peer(*b) for b in batches)]
+    return tuple(ExecuteModel(*b, peers=tuple(ps)) for b in batches
+                 for ps in itertools.combinations_with_replacement(peers, data_parallel_size - 1))
 
 
 def ranks_problem(events: list[Event], data_parallel_size: int) -> str | None:

@@ -142,6 +142,9 @@ class Scenario:
                     "(a drafter with a model, attention_support below ALWAYS)")
         if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL_SIZE:
             return f"the modelled data_parallel_size is 1 to {MAX_DATA_PARALLEL_SIZE}"
+        if self.data_parallel_size > 1 and self.runner is Runner.MRV1 and (has_spec or self.ubatching):
+            # an idle MRV1 rank's dummy run drafts, and micro-batches split by the ranks' agreement
+            return "several DP ranks on Model Runner V1 are modelled without a drafter or micro-batching"
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -201,7 +204,8 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 # What each runner's model covers: settings outside it must keep their defaults.
 RUNNER_SCOPE = {
     # MRV1 has one proposer class and compiles every decorated model alike.
-    Runner.MRV1: {"max_uniform_decode_query_len": 3, "unmodelled": OPTIONAL_FIELDS},
+    Runner.MRV1: {"max_uniform_decode_query_len": 3,
+                  "unmodelled": tuple(f for f in OPTIONAL_FIELDS if f != "data_parallel_size")},
     # MRV2's micro-batch runner exists only with DP > 1 and holds FULL graphs only
     # (``33:v1/worker/gpu/ubatch_utils.py:545-559``).
     Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ("ubatching",)},

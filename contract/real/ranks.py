@@ -29,6 +29,7 @@ from contract.core.observation import RankServed
 from contract.real import decisions, overlay
 
 LOOPBACK = "127.0.0.1"
+DP_TIMEOUT_S = 20.0  # per collective: a rank left waiting answers within it
 HUNG = "hung"  # a rank's answer when it did not finish within the timeout
 
 
@@ -45,6 +46,7 @@ def _free_port() -> int:
 def install_dp_group(timeout_s: float) -> None:
     """vLLM's DP ``GroupCoordinator`` for this rank over the gloo world group, once vLLM is set up
     (its platform chosen); the other groups stay world-size 1 (``contract/real/parallel_state.py``)."""
+    import torch
     import torch.distributed as dist
     import vllm.distributed.parallel_state as ps
 
@@ -54,6 +56,7 @@ def install_dp_group(timeout_s: float) -> None:
     group = dist.new_group(list(range(world_size)), backend="gloo", timeout=timedelta(seconds=timeout_s))
     dp = ps.GroupCoordinator.__new__(ps.GroupCoordinator)
     dp.__dict__.update(unique_name="dp", rank=rank, ranks=list(range(world_size)), world_size=world_size,
+                       device=torch.device("cpu"),
                        local_rank=rank, rank_in_group=rank, device_communicator=None, cpu_group=group,
                        device_group=group, use_device_communicator=False, mq_broadcaster=None,
                        cpu_timeout=timedelta(seconds=timeout_s), dead_dp_ranks=set())

@@ -12,4 +12,5 @@ ENGINE = Engine(
     alphabet=space.alphabet,
     canonical_scenarios=space.canonical_scenarios,
     scenarios=space.scenarios,
+    data_parallel=True,
 )

@@ -22,12 +22,14 @@ from contract.core.observation import (
     Dispatch,
     LayerAction,
     LayerKind,
+    RankServed,
     StepRecord,
 )
 from contract.core.properties import profiled_pairs
 from contract.core.policy import Policy
 from contract.core.resolve import ResolveRejected
-from contract.core.scenario import Config, ConfigRejected, DrafterKind, Scenario
+from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
+from contract.runners.mrv1.model import dp_utils
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
     CUDAGraphWrapper,
@@ -112,11 +114,13 @@ def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event
     if isinstance(event, CaptureModel):
         return state.resolved and not state.captured
     if isinstance(event, ExecuteModel):
-        if event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
+        q = scenario.uniform_decode_query_len
+        if len(event.peers) != scenario.data_parallel_size - 1 or any(
+                p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
             return False  # _is_uniform_decode: num_tokens == q * num_reqs
         return state.captured
     if isinstance(event, Propose):
-        return state.captured and scenario.drafter is DrafterKind.WITH_MODEL
+        return state.captured and scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1
     return False
 
 
@@ -250,6 +254,29 @@ class _Step:
         if walk.error:
             self.set(halted=walk.error)
 
+    def execute_model(self, event: ExecuteModel) -> tuple[RankServed, ...]:
+        """``execute_model``'s ``_determine_batch_execution_and_padding`` on every DP rank (an idle
+        one's batch is the worker's dummy batch), then rank 0's forward; each rank's side where
+        there are several, a rank whose re-dispatch asserted stopping the step."""
+        q = self.scenario.uniform_decode_query_len
+        own = rank_batch(event.num_tokens, event.uniform_decode, event.force_eager, q)
+        batches = (own, *(rank_batch(q, True, False, q) if p.idle else
+                          rank_batch(p.num_tokens, p.uniform_decode, p.force_eager, q) for p in event.peers))
+        runs = dp_utils.determine_batch_execution_and_padding(
+            lambda n, uniform, valid: self.dispatch("target", n, uniform, valid_modes=valid), batches,
+            syncs_mode=self.policy.dp_syncs_mode)
+        if runs[0].raised is None:
+            self.forward("target", "execute_model", runs[0].mode, runs[0].desc)
+        stopped = next((i for i, r in enumerate(runs) if r.raised), None)
+        if stopped is not None:
+            self.set(halted=runs[0].raised if stopped == 0 else f"DP rank {stopped}: {runs[stopped].raised}")
+        if not event.peers:
+            return ()
+        idle = (False, *(p.idle for p in event.peers))
+        return tuple(RankServed.stopped(r.raised) if r.raised else
+                     RankServed(r.mode, r.desc.num_tokens, (b.num_reqs, b.num_tokens, q if b.uniform_decode else None),
+                                b.force_eager, i) for b, r, i in zip(batches, runs, idle))
+
     def dispatch(self, role: str, num_tokens: int, uniform: bool = False, valid_modes=None):
         d = self.state.drafter_dispatcher if role == "drafter" else self.state.target_dispatcher
         return self.policy.dispatch(d, num_tokens, uniform, valid_modes=valid_modes)
@@ -326,6 +353,14 @@ class _Step:
                 use_cudagraphs = mode == PIECEWISE and not s.spec_enforce_eager
                 dmode, ddesc = self.dispatch("drafter", desc.num_tokens, valid_modes=None if use_cudagraphs else {NONE})
                 self.forward("drafter", context, dmode, BatchDescriptor(ddesc.num_tokens))
+
+
+def rank_batch(num_tokens: int, uniform: bool, force_eager: bool, q: int) -> dp_utils.RankBatch:
+    """A batch of ``num_tokens`` as the replay schedules it, and as ``_dummy_run`` shapes one
+    (``33:v1/worker/gpu_model_runner.py:5537-5546``): ``q`` tokens per request where uniform, else
+    spread over at most ``max_num_seqs`` requests."""
+    num_reqs = min(MAX_NUM_SEQS, -(-num_tokens // q)) if uniform else min(num_tokens, MAX_NUM_SEQS)
+    return dp_utils.RankBatch(num_reqs, num_tokens, uniform, force_eager)
 
 
 def step(scenario: Scenario, policy: Policy, state: RunnerState, event: Event, index: int = 0) -> tuple[RunnerState, StepRecord]:
@@ -414,10 +449,7 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
             st.capture_phase = False
         record_extra["profiled"] = state.profiled
     elif isinstance(event, ExecuteModel):
-        mode, desc = st.dispatch(
-            "target", event.num_tokens, event.uniform_decode, valid_modes={NONE} if event.force_eager else None
-        )
-        st.forward("target", "execute_model", mode, desc)
+        record_extra["ranks"] = st.execute_model(event)
     elif isinstance(event, Propose):
         mode, desc = st.dispatch("drafter", event.num_tokens)
         # The proposer's forward context passes no batch_descriptor (llm_base_proposer.py:588-599),

@@ -217,4 +217,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "instead of raising (the release's P0 at serving goes away)",
            kills=frozenset(['P0', 'P4', 'halt']),
            build=replacing(capture_model_closes_window=False)),
+    Mutant("dp_mode_not_synced", "vllm_0_30", "ranks",
+           "coordinate_batch_across_dp agrees the padded token count alone (before vLLM's cudagraph_mode "
+           "sync): each rank re-dispatches in its own mode, so a rank that runs eagerly beside one that "
+           "replays a graph runs without it, and the graph's padding reaches the eager rank",
+           kills=frozenset(['P0', 'P9']),
+           build=replacing(dp_syncs_mode=False)),
 )

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from contract.core.events import START_UP, ExecuteModel, Propose
+from contract.core.events import START_UP, ExecuteModel, Propose, on_ranks
 from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
 from contract.core.scenario import (
+    MAX_DATA_PARALLEL_SIZE,
     NUM_TOKENS_DOMAIN,
     ConfigRejected,
     ConfigRevision,
@@ -21,17 +22,14 @@ from contract.runners.mrv1.model.cudagraph_dispatcher import normalise
 
 
 def alphabet(scenario: Scenario) -> tuple:
-    """Every event the runner could take, batch sizes by class."""
+    """Every event the runner could take, batch sizes by class; on several DP ranks every step the
+    ranks can bring (``on_ranks``), and no draft step."""
     q = scenario.uniform_decode_query_len
-    serving = [
-        ExecuteModel(n, uniform, eager)
-        for n in NUM_TOKENS_DOMAIN
-        for uniform in (False, True)
-        if not uniform or n % q == 0
-        for eager in (False, True)
-    ]
-    serving += [Propose(n) for n in NUM_TOKENS_DOMAIN]
-    return START_UP + tuple(serving)
+    batches = [(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
+               if not uniform or n % q == 0 for eager in (False, True)]
+    if scenario.data_parallel_size > 1:
+        return START_UP + on_ranks(batches, scenario.data_parallel_size)
+    return START_UP + tuple(ExecuteModel(*b) for b in batches) + tuple(Propose(n) for n in NUM_TOKENS_DOMAIN)
 
 
 def _weighted(*pairs):
@@ -49,6 +47,7 @@ _COMPILATION_MODE = st.sampled_from(CompilationMode)
 _SPLITTING_OPS = _weighted((SplittingOps.DEFAULT, 2), (SplittingOps.ATTENTION, 1), (SplittingOps.EMPTY, 1))
 _ATTENTION_SUPPORT = st.sampled_from(AttentionCGSupport)
 _QUERY_LEN = st.sampled_from((2, 3))
+_DATA_PARALLEL_SIZE = st.sampled_from((1,) * 12 + tuple(range(2, MAX_DATA_PARALLEL_SIZE + 1)))
 
 
 @st.composite
@@ -61,10 +60,11 @@ def scenarios(draw) -> Scenario:
     """
     drafter = draw(_DRAFTER)
     has_spec = drafter is not DrafterKind.NONE
+    breakable, ubatching = draw(_BOOL), draw(_RARE)
     return Scenario(
         runner=Runner.MRV1,
-        breakable=draw(_BOOL),
-        ubatching=draw(_RARE),
+        breakable=breakable,
+        ubatching=ubatching,
         cudagraph_mode=draw(_CUDAGRAPH_MODE),
         compilation_mode=draw(_COMPILATION_MODE),
         splitting_ops=draw(_SPLITTING_OPS),
@@ -72,6 +72,8 @@ def scenarios(draw) -> Scenario:
         attention_support=draw(_ATTENTION_SUPPORT),
         spec_enforce_eager=has_spec and draw(_RARE),
         uniform_decode_query_len=draw(_QUERY_LEN) if has_spec else 1,
+        # several DP ranks without a drafter or micro-batching (the modelled space), one such lane in five
+        data_parallel_size=1 if has_spec or ubatching else draw(_DATA_PARALLEL_SIZE),
     )
 
 
@@ -83,15 +85,22 @@ def behaviour_key(scenario: Scenario, revision: ConfigRevision) -> tuple:
     except ConfigRejected as exc:
         config = str(exc)
     return (scenario.runner, scenario.breakable, scenario.ubatching, config, scenario.drafter,
-            scenario.attention_support, scenario.spec_enforce_eager, scenario.uniform_decode_query_len)
+            scenario.attention_support, scenario.spec_enforce_eager, scenario.uniform_decode_query_len,
+            scenario.data_parallel_size)
 
 
 def canonical_scenarios_of(revision: ConfigRevision = ConfigRevision.V0_30) -> list[Scenario]:
     """One scenario per behaviour class, the first (most default-like) of each, in order."""
     seen: dict[tuple, Scenario] = {}
-    for s in all_scenarios(Runner.MRV1):
+    for s in [*all_scenarios(Runner.MRV1), *on_two_ranks()]:
         seen.setdefault(behaviour_key(s, revision), s)
     return list(seen.values())
+
+
+def on_two_ranks() -> list[Scenario]:
+    """Two DP ranks: every mode at vLLM's other defaults (no drafter, no micro-batching: outside the
+    modelled space on several ranks)."""
+    return [Scenario(runner=Runner.MRV1, cudagraph_mode=mode, data_parallel_size=2) for mode in CUDAGraphMode]
 
 
 def canonical_scenarios(policy) -> list[Scenario]:

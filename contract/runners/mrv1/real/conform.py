@@ -15,15 +15,17 @@ from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
 from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
-from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
+from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, DrafterKind, Runner, Scenario, SplittingOps
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
+from contract.runners.mrv1.model.space import on_two_ranks
 from contract.runners.mrv1.real import sizes
 
 
 def scenarios() -> Iterator[Scenario]:
-    """Every MRV1 scenario, in a fixed order."""
+    """Every MRV1 scenario, in a fixed order; then the model space's on two data-parallel ranks
+    (each trace one process per rank, ``contract/real/ranks.py``), and vLLM's defaults on 3 and 4."""
     fields = itertools.product(
         (False, True), (False, True), CUDAGraphMode, CompilationMode, SplittingOps, AttentionCGSupport,
     )
@@ -38,6 +40,8 @@ def scenarios() -> Iterator[Scenario]:
                         attention_support=support, spec_enforce_eager=spec_enforce_eager,
                         uniform_decode_query_len=q,
                     )
+    yield from on_two_ranks()
+    yield from (Scenario(runner=Runner.MRV1, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1))
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
@@ -80,6 +84,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
     for trace, source in files:
         result = _compare(session, trace, policy, source)
         out.results.append(result)
+        out.count_ranks(result)
         if trace.policy == policy.name and result.violations:
             out.findings.append(finding(result, policy.name, result.violations, trace.scenario.ubatching))
         progress.advance()
@@ -98,6 +103,7 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
         counts: Counter = Counter()
         for trace in traces:
             result = _compare(session, trace, policy, trace.name)
+            out.count_ranks(result)
             out.generated["traces"] += 1
             out.generated["steps"] += result.steps
             out.generated["agreeing"] += result.agreeing

@@ -23,13 +23,15 @@ import types
 
 from contract.runners.mrv1.real import compiled, wrapping
 from contract.real.parallel_state import install_parallel_state
-from contract.real import decisions, device, errors, observe, platform
+from contract.real import decisions, device, errors, observe, platform, ranks
 from contract.runners.mrv1.real import gpu_model_runner as stand_in
 from contract.real.observe import Recorder
 from contract.real.simcuda import SimCuda
 from contract.real.vllm_config import MAX_NUM_BATCHED_TOKENS, ConfigCache
 from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve, event_to_json
 from contract.runners.mrv1.model.gpu_model_runner import PROFILE_NUM_TOKENS
+from contract.core.modes import CUDAGraphMode
+from contract.core.observation import RankServed
 from contract.core.scenario import DrafterKind, Scenario
 
 # The vLLM modules whose code the replay runs, imported (in this order) before the platform is
@@ -50,6 +52,7 @@ MODULES = (
     "vllm.v1.spec_decode.llm_base_proposer",
     "vllm.v1.spec_decode.eagle",
     "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.worker.gpu_worker",  # an idle DP rank's execute_dummy_batch
 )
 
 
@@ -147,12 +150,17 @@ class Session:
             self._backends[support_name] = SimAttentionBackend
         return self._backends[support_name]
 
-    def replay(self, scenario: Scenario, events: list[Event]) -> list[dict]:
-        """One observation per event, in ``StepRecord.to_json`` form; stops where vLLM stops."""
+    def replay(self, scenario: Scenario, events: list[Event], dp_rank: int | None = None) -> list[dict]:
+        """One observation per event, in ``StepRecord.to_json`` form; stops where vLLM stops. On
+        several DP ranks, one process per rank (``ranks.replay_ranks``), each calling this with its
+        ``dp_rank``."""
+        if dp_rank is None and scenario.data_parallel_size > 1:
+            self.decisions.start_trace()
+            return ranks.replay_ranks(self, scenario, events, ranks.DP_TIMEOUT_S)
         self.reset()
         steps: list[dict] = []
         built = len(self.configs._built)
-        run = RealRun(self, scenario)
+        run = RealRun(self, scenario, dp_rank or 0)
         if len(self.configs._built) != built:
             gc.freeze()  # a new VllmConfig lives as long as the session: out of every later collection
         for event in events:
@@ -166,7 +174,7 @@ class Session:
 class RealRun:
     """The stand-in runner for one trace and the step functions that drive vLLM's code."""
 
-    def __init__(self, session: Session, scenario: Scenario) -> None:
+    def __init__(self, session: Session, scenario: Scenario, dp_rank: int = 0) -> None:
         import torch
 
         from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
@@ -207,6 +215,12 @@ class RealRun:
             elif scenario.drafter is DrafterKind.WITHOUT_MODEL:
                 runner.drafter = types.SimpleNamespace()  # NgramProposer: no .model, no dispatcher
             runner._dummy_run = self.observed_dummy_run(runner._dummy_run)
+            if scenario.data_parallel_size > 1:
+                # this rank's process alone (forked, ranks.replay_ranks): the config is its copy
+                vllm_config.parallel_config.data_parallel_size = scenario.data_parallel_size
+                vllm_config.parallel_config.data_parallel_rank = dp_rank
+                runner._determine_batch_execution_and_padding = self.observed_batch(
+                    runner._determine_batch_execution_and_padding)
             runner._warmup_and_capture = self.observed_warmup_and_capture(runner._warmup_and_capture)
         except Exception as exc:
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
@@ -417,7 +431,31 @@ class RealRun:
         self.runner.capture_model()
 
     def on_execute_model(self, event: ExecuteModel) -> None:
-        execute_model_dispatch(self.runner, event.num_tokens, event.uniform_decode, event.force_eager)
+        """The step's batch; on several DP ranks this rank's, an idle one running the worker's
+        ``execute_dummy_batch``, and the side ``_determine_batch_execution_and_padding`` gave it."""
+        rank = self.vllm_config.parallel_config.data_parallel_rank if event.peers else 0
+        batch = event if rank == 0 else event.peers[rank - 1]
+        idle = rank > 0 and batch.idle
+        if idle:
+            from vllm.v1.worker.gpu_worker import Worker
+
+            Worker.execute_dummy_batch(types.SimpleNamespace(model_runner=self.runner, randomize_dummy_inputs=False))
+        else:
+            execute_model_dispatch(self.runner, batch.num_tokens, batch.uniform_decode, batch.force_eager)
+        if event.peers:
+            mode, num_tokens, brought = self.batch_side
+            self.step["rank"] = RankServed(mode, num_tokens, brought, batch.force_eager, idle).to_json()
+
+    def observed_batch(self, determine):
+        """``_determine_batch_execution_and_padding`` keeping what this rank brought and ran."""
+        def _determine_batch_execution_and_padding(*args, **kwargs):
+            out = determine(*args, **kwargs)
+            uniform = self.runner.uniform_decode_query_len if kwargs.get("force_uniform_decode") else None
+            self.batch_side = (CUDAGraphMode[out[0].name], out[1].num_tokens,
+                               (kwargs["num_reqs"], kwargs["num_tokens"], uniform))
+            return out
+
+        return _determine_batch_execution_and_padding
 
     def on_propose(self, event: Propose) -> None:
         propose_dispatch(self.drafter, event.num_tokens)

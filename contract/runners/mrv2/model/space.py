@@ -7,7 +7,7 @@ import itertools
 
 from hypothesis import strategies as hst
 
-from contract.core.events import START_UP, ExecuteModel, Peer, Propose
+from contract.core.events import START_UP, ExecuteModel, Propose, on_ranks
 from contract.core.modes import (
     FULL,
     FULL_AND_PIECEWISE,
@@ -36,11 +36,7 @@ def alphabet(scenario: Scenario) -> tuple:
     batches = [(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
                if not uniform or n % q == 0 for eager in (False, True)]
     if scenario.data_parallel_size > 1:
-        # The agreement reads the ranks' batches as a multiset (min, max, all-equal), so the peers
-        # are taken in sorted order: every step the ranks can bring, once.
-        peers = [Peer(0), *(Peer(*b) for b in batches)]
-        return START_UP + tuple(ExecuteModel(*b, peers=tuple(ps)) for b in batches
-                                for ps in itertools.combinations_with_replacement(peers, scenario.data_parallel_size - 1))
+        return START_UP + on_ranks(batches, scenario.data_parallel_size)
     serving = [ExecuteModel(*b) for b in batches]
     serving += [Propose(n, uniform) for n in NUM_TOKENS_DOMAIN for uniform in (False, True) if not uniform or n % q == 0]
     return START_UP + tuple(serving)

@@ -78,7 +78,7 @@ def idle_batch(vllm_config) -> tuple[int, int, int | None]:
                                                                decode_graph_eligible=True)
 
 
-TIMEOUT_S = 20.0  # per collective: a rank left waiting answers within it
+TIMEOUT_S = ranks.DP_TIMEOUT_S
 DEADLINE_S = 900.0  # the whole grid on every rank
 
 
