@@ -51,6 +51,7 @@ MODULES = (
     "vllm.v1.worker.gpu_ubatch_wrapper",
     "vllm.v1.spec_decode.llm_base_proposer",
     "vllm.v1.spec_decode.eagle",
+    "vllm.v1.worker.dp_utils",  # coordinate_batch_across_dp, on several DP ranks
     "vllm.v1.worker.gpu_model_runner",
     "vllm.v1.worker.gpu_worker",  # an idle DP rank's execute_dummy_batch
 )
