@@ -59,9 +59,8 @@ SKIP_SYNC = ("    if dp_size == 1:\n        return batch_desc, None\n",
              "    if dp_size == 1 or dp_rank == 1:\n        return batch_desc, None\n")
 
 
-@pytest.mark.evidence  # make test's size checks run the two ranks; this edit is make evidence's
-@pytest.mark.conformance
-def test_an_edited_0_34_tree_whose_rank_skips_the_sync_is_a_new_p9_hang_in_bounded_time(tmp_path):
+def skip_sync_tree(tmp_path: Path) -> Path:
+    """An unpacked 0.34.0 (links to the installed files) whose ``dp_utils.py`` is edited: rank 1 skips the sync."""
     from vllm_envs import installed
 
     tree = tmp_path / "tree"
@@ -73,6 +72,13 @@ def test_an_edited_0_34_tree_whose_rank_skips_the_sync_is_a_new_p9_hang_in_bound
     assert text.count(SKIP_SYNC[0]) == 1
     target.unlink()
     target.write_text(text.replace(*SKIP_SYNC))
+    return tree
+
+
+@pytest.mark.evidence  # make test's size checks run the two ranks; this edit is make evidence's
+@pytest.mark.conformance
+def test_an_edited_0_34_tree_whose_rank_skips_the_sync_is_a_new_p9_hang_in_bounded_time(tmp_path):
+    tree = skip_sync_tree(tmp_path)
     witness = tmp_path / "witness.json"
     witness.write_text(json.dumps(sizes.witness_json(SizeSetting(4), Gap("decode+idle", "-", "-", sizes.RANK_HUNG),
                                                      [], "0.34.0")))
@@ -179,16 +185,8 @@ def test_the_edited_tree_on_a_two_rank_trace_is_a_new_p9_hang(tmp_path):
     from contract.core.graphs import script
     from contract.core.trace import record_runnable
     from contract.families import load_policy
-    from vllm_envs import installed
 
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    subprocess.run(["cp", "-as", str(installed("0.34.0").resolve()), str(tree / "vllm")], check=True,
-                   capture_output=True)
-    target = tree / "vllm" / "v1" / "worker" / "gpu" / "dp_utils.py"
-    text = target.read_text()
-    target.unlink()
-    target.write_text(text.replace(*SKIP_SYNC))
+    tree = skip_sync_tree(tmp_path)
     scenario = Scenario(runner=Runner.MRV2, data_parallel_size=2)
     trace = record_runnable(scenario, load_policy("mrv2_0_34"), script(scenario), name="two-ranks")
     (tmp_path / "two-ranks.json").write_text(trace.dumps())
