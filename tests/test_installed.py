@@ -107,3 +107,4 @@ def test_the_pytest_plugin_on_an_unedited_release_tree(user):
                 "--cudagraph-contract-vllm-src", tree, "--cudagraph-contract-base", "auto", envs=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout and "0 new" in done.stdout, done.stdout
+    assert "does not read" not in done.stdout, done.stdout  # an unedited tree has no change to name

@@ -221,3 +221,20 @@ def test_model_runner_v1_agrees_as_coordinate_batch_across_dp():
     assert [(r.mode, r.desc.num_tokens) for r in agree(dispatch, (decode, eager))] == [(NONE, 2), (NONE, 3)]
     broken = agree(dispatch, (V1Batch(1, 1, False), eager), syncs_mode=False)
     assert broken[0].raised == ASSERTION and broken[1].mode is NONE  # PIECEWISE pads 3 to 4: the count's assert
+
+
+@pytest.mark.evidence
+@pytest.mark.conformance
+def test_the_plugin_says_the_sync_change_it_does_not_read(tmp_path):
+    """The model reads no DP sync: the plugin passes the tree's model items but names the change and
+    the replay that runs it, as ``verify --vllm-src`` does; never a silent pass."""
+    tree = skip_sync_tree(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-c", "/dev/null", "-p", "no:cacheprovider",
+                           "--cudagraph-contract-vllm-src", str(tree), "--cudagraph-contract-base", "auto"],
+                          capture_output=True, text=True, cwd=empty, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert ("the model does not read 1 of the tree's changes (v1/worker/gpu/dp_utils.py: dispatch_cg_and_sync_dp); "
+            f"replay them on vLLM's own code: cudagraph-contract conform --vllm-src {tree} --base 0.34.0") \
+        in done.stdout.replace("\n", " "), done.stdout

@@ -107,6 +107,8 @@ def _items(session, config) -> list[ContractItem]:
             base = chosen.policy
             d = compare(policy, base)
             config._cudagraph_contract_lines.append(f"{policy.name}: {chosen.said}; {d.summary()}")
+            if tree is not None:
+                config._cudagraph_contract_lines += _unread(tree, chosen)
             for c in d.new:  # worst severity first
                 items.append(ContractItem.from_parent(
                     session, name=f"cudagraph_contract::{policy.name}::new::{c.id}",
@@ -126,6 +128,20 @@ def _items(session, config) -> list[ContractItem]:
     except PolicyError as exc:
         raise pytest.UsageError(f"cudagraph-contract: {exc}") from None
     return items
+
+
+def _unread(tree, chosen) -> list[str]:
+    """The tree's changes the model does not read (as ``verify --vllm-src`` says them): never a silent
+    pass, the command that replays them on vLLM's own code instead."""
+    from contract.branch.review import VERIFY, review
+    from contract.families import by_runner
+
+    unread = review(tree, chosen, by_runner(tree.policy.runner)).unread(VERIFY)
+    if not unread:
+        return []
+    named = ", ".join(f"{path}: {name or 'module level'}" for path, name in unread)
+    return [f"the model does not read {len(unread)} of the tree's changes ({named}); replay them on vLLM's own "
+            f"code: cudagraph-contract conform --vllm-src {tree.tree} --base {chosen.release or 'auto'}"]
 
 
 def _hypothesis_items(session, policy, base, profile, of_trace, shows) -> list[ContractItem]:
