@@ -490,6 +490,7 @@ class Tracer:
         self.frames = 0
         self.instructions = 0
         self.reached: dict[int, set] = {}
+        self.forked_crashes: list[list[dict]] = []  # crash chains of processes forked while tracing
 
     def relpath(self, filename: str) -> str | None:
         if filename not in self.files:
@@ -580,11 +581,14 @@ class Tracer:
 
     def crash(self, steps: list[dict]) -> list[dict]:
         """The chain of the exception that stopped vLLM: the raising statement first, then each
-        caller's statement, innermost first, as far as vLLM's frames go."""
+        caller's statement, innermost first, as far as vLLM's frames go (where this process ran
+        no vLLM code, a forked rank's or stage's, ``merge``)."""
         from contract.real import errors
 
         if not steps or "halted" not in steps[-1]:
             return []
+        if not self.raised and self.forked_crashes:
+            return next((c for c in self.forked_crashes if c), [])
         halted = steps[-1]["halted"]
         chains: dict[int, list] = {}
         for exc, info, code, lasti in self.raised.get(len(steps) - 1, []):
@@ -609,10 +613,33 @@ class Tracer:
         return []
 
     def install(self) -> None:
+        global ACTIVE
+        ACTIVE = self
         sys.settrace(self.global_trace)
 
     def uninstall(self) -> None:
+        global ACTIVE
+        ACTIVE = None
         sys.settrace(None)
+
+    def snapshot(self, steps: list[dict]) -> dict:
+        """What a forked process traced (the trace function survives ``fork``), for its parent's
+        ``merge``: a DP rank's or PP stage's replay runs vLLM's code in that process alone."""
+        return {"counts": self.executions.counts, "reached": self.reached, "path_functions": self.path_functions,
+                "frames": self.frames, "instructions": self.instructions, "crash": self.crash(steps)}
+
+    def merge(self, snapshot: dict) -> None:
+        for key, counter in snapshot["counts"].items():
+            self.executions.counts.setdefault(key, Counter()).update(counter)
+        for mine, theirs in ((self.reached, snapshot["reached"]), (self.path_functions, snapshot["path_functions"])):
+            for step, items in theirs.items():
+                mine.setdefault(step, set()).update(items)
+        self.frames += snapshot["frames"]
+        self.instructions += snapshot["instructions"]
+        self.forked_crashes.append(snapshot["crash"])
+
+
+ACTIVE: Tracer | None = None  # the tracer installed in this process, which a forked rank reports to
 
 
 def _stored(frame, target: str) -> str:
