@@ -13,14 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from vllm_envs import edited_tree, per_kind, require_python
 
 from contract.core.halts import ADAPTIVE_PROFILE_ERROR, ADAPTIVE_REJECTED
-from contract.core.modes import FULL, AttentionCGSupport as S
+from contract.core.modes import FULL
+from contract.core.modes import AttentionCGSupport as S
 from contract.core.output import write_atomic
 from contract.core.scenario import DrafterKind, Runner, Scenario, SplittingOps
 from contract.families import load_policy, policy_for
 from contract.real import corpus
-from vllm_envs import installed, per_kind, require_python
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 900
@@ -115,18 +116,6 @@ def test_adaptive_verification_on_vllms_own_code(tmp_path, version):
 
 # -- conform --vllm-src --base: an edited tree's new P7 class and lost graphs -----------------------
 
-def _edited(tmp_path: Path, version: str, rel: str, old: str, new: str) -> Path:
-    tree = tmp_path / "tree"
-    tree.mkdir(parents=True)
-    subprocess.run(["cp", "-as", str(installed(version).resolve()), str(tree / "vllm")], check=True, capture_output=True)
-    target = tree / "vllm" / rel
-    text = target.read_text()
-    assert text.count(old) == 1, old
-    target.unlink()
-    target.write_text(text.replace(old, new))
-    return tree
-
-
 def _branch(tree: Path, base: str, traces: Path, reports: Path, *extra: str) -> tuple[int, dict]:
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "contract.cli", "conform", "--vllm-src",
                            str(tree), "--base", base, "--runner", "mrv2", "--traces", str(traces), "--reports",
@@ -149,7 +138,7 @@ def test_an_edited_0_34_manager_capturing_varlen_graphs_is_a_new_p7_class(tmp_pa
     """``_init_candidates`` captures adaptive verification's varlen decode graphs without adaptive
     verification: a UNIFORM_BATCH backend with no varlen bound gets FULL graphs of decode batches of
     1..2 tokens per request."""
-    tree = _edited(tmp_path, "0.34.0", "v1/worker/gpu/cudagraph_utils.py",
+    tree = edited_tree(tmp_path, "0.34.0", "v1/worker/gpu/cudagraph_utils.py",
                    "if capture_decode and self.varlen_decode:", "if capture_decode:")
     scenario = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
                         attention_support=S.UNIFORM_BATCH)
@@ -168,7 +157,7 @@ def test_an_edited_0_34_profiling_that_leaves_the_wrappers_pools_alone_is_a_new_
     """``profile_cudagraph_memory`` without its wrapper pool swap: the compiled pieces, bound to the
     global pool when compiled, capture memory profiling's graphs into it (P10, a pool its phase does
     not intend); the unedited release captures them into the throwaway pool."""
-    tree = _edited(tmp_path, "0.34.0", "v1/worker/gpu/cudagraph_utils.py",
+    tree = edited_tree(tmp_path, "0.34.0", "v1/worker/gpu/cudagraph_utils.py",
                    "                wrapper.graph_pool = throwaway_pool\n", "                pass\n")
     scenario = Scenario(runner=Runner.MRV2, extensible_kv_cache=False)
     traces = _trace_folder(tmp_path / "traces", "0.34.0", {"compiled-profiling": scenario})
@@ -188,7 +177,7 @@ def test_a_0_33_resolve_without_the_upgrade_loses_graphs(tmp_path):
     """Resolve's FULL -> FULL_AND_PIECEWISE upgrade removed: under FULL with a UNIFORM_BATCH backend and
     the breakable runner, mixed batches the release served with PIECEWISE graphs run eagerly under
     FULL_DECODE_ONLY. Nothing new: lost graphs, exit 1; accepted with --allow-lost-graphs, exit 0."""
-    tree = _edited(tmp_path, "0.33.0", "config/compilation.py", UPGRADE,
+    tree = edited_tree(tmp_path, "0.33.0", "config/compilation.py", UPGRADE,
                    UPGRADE.replace("if self.splitting_ops_contain_attention():", "if False:"))
     scenario = Scenario(runner=Runner.MRV2, breakable=True, cudagraph_mode=FULL, splitting_ops=SplittingOps.ATTENTION,
                         attention_support=S.UNIFORM_BATCH)

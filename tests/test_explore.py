@@ -26,9 +26,11 @@ def test_explorer_verdicts_match_the_expected_table(name):
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_explorer_kills_exactly_the_killable_mutants(mutant):
     base = load_policy(mutant.base)
-    # a ranks mutant changes only what several DP ranks run: one rank's scenarios are its base's
-    scenarios = ([s for s in base.engine.canonical_scenarios(base) if s.data_parallel_size > 1]
-                 if mutant.area == "ranks" else None)
+    # a ranks (stages) mutant changes only what several DP ranks (PP stages) run: one rank's
+    # scenarios are its base's
+    several = {"ranks": lambda s: s.data_parallel_size > 1, "stages": lambda s: s.pipeline_parallel_size > 1}
+    scenarios = ([s for s in base.engine.canonical_scenarios(base) if several[mutant.area](s)]
+                 if mutant.area in several else None)
     result = explore(mutant_policy(mutant), base=base, first_only=True, scenarios=scenarios)
     assert bool(result.counterexamples) == (not mutant.equivalent)
 

@@ -313,7 +313,7 @@ def test_every_root_cause_page_opens_with_what_a_maintainer_decides_on():
         text = "\n".join(head)
         title = head[0]
         assert title.startswith("# ") and page.stem not in title and "deciding statement" not in title, page.name
-        assert re.search(r"\*\*(crash|wrong|unsupported|memory|graph|silent|log)[^*]*\*\*", head[2]), page.name
+        assert re.search(r"\*\*(crash|hang|wrong|unsupported|memory|graph|silent|log)[^*]*\*\*", head[2]), page.name
         for field_name in ("Impact (measured)", "Affected", "Reproduce", "Expected", "Fix", "Deciding line"):
             assert f"**{field_name}" in text, (page.name, field_name)
         if "```bash" in text:

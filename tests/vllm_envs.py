@@ -33,6 +33,43 @@ def installed(release: str) -> Path:
     return next(require(release).glob("lib/python*/site-packages/vllm"))
 
 
+def edited_tree(tmp_path: Path, release: str, rel: str, old: str, new: str) -> Path:
+    """An unpacked release (links to the installed files) whose file ``rel`` (under ``vllm/``) has its
+    one ``old`` replaced by ``new``: a reviewer's edited tree."""
+    import subprocess
+
+    tree = tmp_path / "tree"
+    tree.mkdir(parents=True)
+    subprocess.run(["cp", "-as", str(installed(release).resolve()), str(tree / "vllm")], check=True,
+                   capture_output=True)
+    target = tree / "vllm" / rel
+    text = target.read_text()
+    assert text.count(old) == 1, old
+    target.unlink()
+    target.write_text(text.replace(old, new))
+    return tree
+
+
+def conform_tree(tree: Path, trace, tmp_path: Path, base: str = "0.34.0") -> dict:
+    """``conform --vllm-src TREE --base BASE`` on one trace (a ``Trace``), as a reviewer runs it: its
+    JSON summary, once it has exited 1 (a new class) within a bounded time."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / f"{trace.name}.json"
+    path.write_text(trace.dumps())
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "contract.cli", "conform", "--vllm-src", str(tree), "--base", base,
+                           "--traces", str(path), "--reports", str(tmp_path / "r"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "CUDAGRAPH_CONTRACT_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert time.monotonic() - started < 300  # a rank or stage left waiting times out, never hangs the run
+    return json.loads(done.stdout[done.stdout.index("{"):])
+
+
 def release_source(release: str) -> Path:
     """The release's ``vllm`` source, for a test that only reads it: its venv's package, or
     ``$CONTRACT_VLLM_SOURCES/<release>/vllm`` (``make test`` unpacks the releases it reads but does not

@@ -323,6 +323,10 @@ def _say(result: dict, as_json: bool) -> None:
         if dp:
             say(f"several DP ranks: {dp['traces']} traces, one process per rank joined by gloo; "
                 f"{dp['agreeing_rank_steps']} of {dp['rank_steps']} rank-steps agree")
+        pp = summary.get("pipeline_parallel")
+        if pp:
+            say(f"several PP stages: {pp['traces']} traces, one process per stage joined by gloo; "
+                f"{pp['agreeing_stage_steps']} of {pp['stage_steps']} stage-steps agree")
         for d in summary["disagreements"]:
             say(f"disagreement: {d['name']}: steps {', '.join(str(x.get('step')) for x in d['disagreements'])}")
         sizes = summary.get("capture_sizes")

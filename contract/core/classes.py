@@ -163,7 +163,8 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         what = (DIFFERENT_MODES if "different runtime modes" in first else DIFFERENT_TOKENS if "token counts" in first
                 else RANK_EAGER if "needs eager" in first else RANK_HUNG if "leaving the others waiting" in first
                 else DUMMY_UNALIGNED)
-        return "target", "-" if what in (DIFFERENT_MODES, RANK_HUNG) else record.ranks[0].runtime_mode.name, what
+        sides = record.ranks or record.stages
+        return "target", "-" if what in (DIFFERENT_MODES, RANK_HUNG) else sides[0].runtime_mode.name, what
     if d is None:
         return "-", "-", v.property
     if v.property == "P1":
@@ -393,7 +394,7 @@ def classes_from(occurrences: dict[Signature, list[Occurrence]], make_trace, aff
         groups = [({k: frozenset({v}) for k, v in d}, o) for d, o in minimal]
         for settings, o in _merge(groups):
             ordered = tuple(Setting(k, tuple(sorted(settings[k]))) for k in sorted(settings, key=_order))
-            share = affected(o, sig) if affected is not None and sig.property == "P1" and sig.what == NO_CAPTURER else None
+            share = affected(o, sig) if affected is not None and severity(sig) is Severity.EAGER_FALLBACK else None
             out.append(ViolationClass(sig, ordered, make_trace(o, sig), o.step, o.message, share))
     return sorted(out, key=lambda c: (c.severity.rank, c.signature, c.length, c.settings))
 

@@ -16,6 +16,7 @@ start-up (config, load, profiling, resolve, capture) or serving (``execute_model
 from __future__ import annotations
 
 import enum
+import re
 
 CAPTURE_GUARD_ERROR = "RuntimeError: CUDA graph capturing detected at an inappropriate time"
 NESTED_BREAKABLE_ERROR = "RuntimeError: Nested BreakableCUDAGraphCapture is not supported."
@@ -36,8 +37,13 @@ class HaltKind(enum.Enum):
     CRASH = "crash"
 
 
+def own(halted: str) -> str:
+    """The stop's own text: a later PP stage's stop is said as ``PP stage s: ...``."""
+    return re.sub(r"^PP stage \d+: ", "", halted)
+
+
 def kind(halted: str) -> HaltKind:
-    return HaltKind.REJECTED if halted.startswith(REJECTIONS) else HaltKind.CRASH
+    return HaltKind.REJECTED if own(halted).startswith(REJECTIONS) else HaltKind.CRASH
 
 
 def phase(event_kind: str) -> str:
@@ -68,6 +74,6 @@ REASONS = {
 
 def reason(halted: str) -> str:
     for prefix, why in REASONS.items():
-        if halted.startswith(prefix):
+        if own(halted).startswith(prefix):
             return why
     return "a ValueError with advice from vLLM's start-up validation"

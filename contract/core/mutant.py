@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 class Mutant:
     name: str
     base: str  # built-in policy the mutant changes
-    area: str  # policy, wrapper, dispatcher, resolve, compile, capture-window, manager, speculator, profiling, ranks
+    # policy, wrapper, dispatcher, resolve, compile, capture-window, manager, speculator, profiling, ranks, stages
+    area: str
     description: str
     kills: frozenset[str] = frozenset()  # what the verifier may report first: properties, or "halt"
     equivalent: str = ""  # why no observable behaviour changes, for equivalent mutants

@@ -164,6 +164,9 @@ class StepRecord:
     profiled: frozenset[tuple[str, str]] | None = None
     # Under data parallelism, at execute_model: per rank (rank 0 first) what it brought and ran.
     ranks: tuple[RankServed, ...] = ()
+    # Under pipeline parallelism, at execute_model: per stage (stage 0 first) the mode and padded
+    # token count it ran, or what its code raised.
+    stages: tuple[RankServed, ...] = ()
 
     def to_json(self) -> dict:
         from contract.core.events import event_to_json
@@ -183,4 +186,6 @@ class StepRecord:
             out["halted"] = self.halted
         if self.ranks:
             out["ranks"] = [r.to_json() for r in self.ranks]
+        if self.stages:
+            out["stages"] = [r.to_json() for r in self.stages]
         return out

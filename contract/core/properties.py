@@ -147,10 +147,11 @@ def liveness(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Vio
 
 def layers_support(scenario: Scenario, role: str) -> AttentionCGSupport:
     """The minimum ``AttentionCGSupport`` of the backends a forward of ``role`` runs: the scenario's
-    minimum, except for the target's layers when the weaker backend serves the draft layers only."""
+    minimum, except for the target's layers when the weaker backend serves the draft layers only;
+    under pipeline parallelism the recorded forwards are stage 0's."""
     if role == "target" and scenario.attention_support_draft_only:
         return AttentionCGSupport.ALWAYS
-    return scenario.attention_support
+    return scenario.stage_support(0)
 
 
 def served_batch(desc) -> tuple[str, int | None]:
@@ -303,6 +304,8 @@ def rank_agreement(scenario: Scenario, runner: Runner, record: StepRecord) -> li
     it is a graph the same padded token count; an idle rank's dummy batch is a uniform decode of
     ``q`` tokens per request, the shape a busy rank's decode batch has, or the agreement drops the
     uniform token count and every rank's decode graph with it (vLLM #35376)."""
+    if record.stages:
+        return stage_agreement(record)
     if not record.ranks:
         return []
     q = scenario.uniform_decode_query_len
@@ -327,6 +330,20 @@ def rank_agreement(scenario: Scenario, runner: Runner, record: StepRecord) -> li
         problems.append(f"idle rank {unaligned[0]}'s dummy batch is {r.batch[0]} request(s) of {r.batch[1]} token(s), "
                         f"not a uniform decode of {q}")
     return [Violation("P9", record.index, "; ".join(problems))] if problems else []
+
+
+def stage_agreement(record: StepRecord) -> list[Violation]:
+    """PP stages run every step in turn, each from its own resolve and dispatch
+    (``contract/runners/mrv2/model/pp_utils.py``): a stage that raises leaves the stages around it
+    waiting on a send or receive. Stages that run different modes break nothing by themselves: each
+    stage resolves as one rank would (an eager stage is its own resolve's logged downgrade, as on one
+    rank), and a later stage padding to fewer rows than it receives copies what it needs."""
+    stopped = [i for i, r in enumerate(record.stages) if r.raised is not None]
+    if stopped:
+        r = record.stages[stopped[0]]
+        return [Violation("P9", record.index, f"PP stage {stopped[0]} stopped ({r.raised}): the stages before it "
+                          "never see their sends received, leaving the others waiting")]
+    return []
 
 
 PROPERTIES: dict[str, Property] = {
@@ -374,7 +391,8 @@ PROPERTIES: dict[str, Property] = {
                  "on several data-parallel ranks every rank runs the same runtime mode, NONE where any rank needs "
                  "eager, and where it is a graph the same padded token count; an idle rank's dummy batch is a "
                  "uniform decode of q tokens per request; no rank raises or leaves the others waiting "
-                 "(severity hang)",
+                 "(severity hang). No pipeline stage pads beyond the rows the stage before sent (its copy "
+                 "raises: hang)",
                  rank_agreement),
         Property("P10", "start-up-accounting",
                  "every kind of graph capture_model captures (role, runtime mode) was captured by memory "

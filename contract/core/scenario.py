@@ -15,6 +15,7 @@ from contract.core.modes import FULL, FULL_AND_PIECEWISE, NONE, PIECEWISE, Atten
 CUDAGRAPH_CAPTURE_SIZES: tuple[int, ...] = (2, 4)
 MAX_NUM_SEQS = 4
 MAX_DATA_PARALLEL_SIZE = 4  # ranks a step runs on: what the explorer and Hypothesis reach
+MAX_PIPELINE_PARALLEL_SIZE = 4  # stages a step runs through
 NUM_TOKENS_DOMAIN: tuple[int, ...] = (1, 2, 3, 4, 5)
 
 
@@ -112,6 +113,15 @@ class Scenario:
     # --data-parallel-size: the ranks every serving step runs on together (MRV2; 1 to
     # MAX_DATA_PARALLEL_SIZE). Each execute_model names the other ranks' batches (``peers``).
     data_parallel_size: int = 1
+    # --pipeline-parallel-size: the stages every serving step runs through in turn (MRV2; 1 to
+    # MAX_PIPELINE_PARALLEL_SIZE). Each stage's worker builds attention groups from its own layers
+    # (``init_attn_backend``, ``34:v1/worker/gpu/attn_utils.py:200-260``) and resolves its own mode
+    # and sizes from their minimum support (``34:v1/worker/gpu/model_runner.py:783-811``): a hybrid
+    # model's stages can hold different backends. ``attention_support_stage``: the one stage whose
+    # layers hold the backend with the minimum ``attention_support``, every other stage's being
+    # ALWAYS; None: every stage holds it.
+    pipeline_parallel_size: int = 1
+    attention_support_stage: int | None = None
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -145,6 +155,15 @@ class Scenario:
         if self.data_parallel_size > 1 and self.runner is Runner.MRV1 and (has_spec or self.ubatching):
             # an idle MRV1 rank's dummy run drafts, and micro-batches split by the ranks' agreement
             return "several DP ranks on Model Runner V1 are modelled without a drafter or micro-batching"
+        if not 1 <= self.pipeline_parallel_size <= MAX_PIPELINE_PARALLEL_SIZE:
+            return f"the modelled pipeline_parallel_size is 1 to {MAX_PIPELINE_PARALLEL_SIZE}"
+        if self.pipeline_parallel_size > 1 and (has_spec or self.data_parallel_size > 1):
+            return "several pipeline stages are modelled without a drafter and on one DP rank"
+        if self.attention_support_stage is not None and not (
+                0 <= self.attention_support_stage < self.pipeline_parallel_size
+                and self.attention_support is not AttentionCGSupport.ALWAYS):
+            return ("attention_support_stage names the stage (0 to pipeline_parallel_size - 1) holding a backend "
+                    "weaker than ALWAYS")
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -152,6 +171,12 @@ class Scenario:
             if getattr(self, name) != _DEFAULTS[name]:
                 return f"{name} is outside the modelled {self.runner.name} space"
         return None
+
+    def stage_support(self, stage: int) -> AttentionCGSupport:
+        """The minimum support over the attention groups of one pipeline stage's layers."""
+        if self.attention_support_stage is None or self.attention_support_stage == stage:
+            return self.attention_support
+        return AttentionCGSupport.ALWAYS
 
     def to_json(self) -> dict:
         out = {}
@@ -185,7 +210,8 @@ class Scenario:
         for name, value in data.items():
             if name in enums:
                 kwargs[name] = parse_enum(enums[name], value)
-            elif name in ("uniform_decode_query_len", "data_parallel_size"):
+            elif name in ("uniform_decode_query_len", "data_parallel_size", "pipeline_parallel_size",
+                          "attention_support_stage"):
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise ValueError(f"scenario field {name} must be an integer")
                 kwargs[name] = value
@@ -198,7 +224,8 @@ class Scenario:
 
 # Fields added after the first trace format; a trace without them reads as their defaults.
 OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache",
-                   "varlen_decode_bound", "attention_support_draft_only", "data_parallel_size")
+                   "varlen_decode_bound", "attention_support_draft_only", "data_parallel_size",
+                   "pipeline_parallel_size", "attention_support_stage")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.

@@ -24,6 +24,9 @@ Each scenario setting maps to something a user sets (``contract/core/scenario.py
   the release's source (``model_facts.json``): whether its class reaches an active
   ``@support_torch_compile`` class.
 - ``extensible_kv_cache``: on by default on CUDA in 0.34.0; ``--no-enable-extensible-kv-cache``.
+- ``pipeline_parallel_size``: ``--pipeline-parallel-size``, one GPU per stage;
+  ``attention_support_stage`` needs a hybrid checkpoint whose stages hold different attention
+  layers, reported as not stored.
 - ``attention_support_draft_only``: ``speculative_config.attention_backend`` names the weaker
   backend for the draft model's layers, the target on the ALWAYS one; ``varlen_decode_bound`` needs a
   backend no stored checkpoint and GPU pins, so it is reported as not stored.
@@ -214,6 +217,9 @@ def reach(s: Scenario, release: str) -> Reach:
     env.append(("VLLM_USE_BREAKABLE_CUDAGRAPH", "1" if s.breakable else "0"))
 
     level = s.attention_support.name
+    if s.attention_support_stage is not None:
+        return not_stored(release, "the weakest backend on one pipeline stage needs a hybrid checkpoint whose stages "
+                                   "hold different attention layers; none is stored")
     if s.varlen_decode_bound:
         return not_stored(release, "a UNIFORM_BATCH backend that declares a varlen bound (FlashInfer's trtllm-gen "
                                    "varlen decode, Mamba2/GDN layers) is not among the stored backends")
@@ -309,9 +315,11 @@ def reach(s: Scenario, release: str) -> Reach:
     if level != "ALWAYS":
         notes.append(f"{backend}{' with --attention-config ' + json.dumps(attention_config) if attention_config else ''} "
                      f"reports {level} on compute capability {', '.join(caps)}")
-    gpus_needed = 2 if s.ubatching else 1
+    if s.pipeline_parallel_size > 1:
+        extra += ["--pipeline-parallel-size", str(s.pipeline_parallel_size)]
+    gpus_needed = 2 if s.ubatching else s.pipeline_parallel_size
     loaded = [(model, draft == model)] + ([(draft, False)] if draft is not None and draft != model else [])
-    fit = weights.fit(loaded, release, expert_parallel=gpus_needed)
+    fit = weights.fit(loaded, release, expert_parallel=2 if s.ubatching else 1)
     if fit.fp8:
         extra += ["--quantization", "fp8"]
     return Reach(True, "", Plan(release, s, tuple(env), model, backend, dict(attention_config), speculative,

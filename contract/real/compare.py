@@ -44,8 +44,10 @@ class TraceResult:
     violations: list[dict] = field(default_factory=list)  # the model's, under the compared policy
     note: str = ""
     path: list[dict] = field(default_factory=list)  # decision points per step (``decisions.Log.path``)
-    rank_steps: int = 0  # under data parallelism: one per rank per serving step, model or vLLM
-    rank_agreeing: int = 0  # those whose rank's side is the same in both
+    # [sides, agreeing]: one side per DP rank (``ranks``) or PP stage (``stages``) per serving step,
+    # model or vLLM, and those whose side is the same in both
+    ranks: list[int] = field(default_factory=lambda: [0, 0])
+    stages: list[int] = field(default_factory=lambda: [0, 0])
 
     @property
     def agrees(self) -> bool:
@@ -103,9 +105,10 @@ def compare(session, trace: Trace, policy: Policy, source: str, runner: Runner =
         result.path = list(log.path)
     for i, (want, got) in enumerate(zip_longest(predicted, observed)):
         result.steps += 1
-        mine, theirs = (want or {}).get("ranks", []), (got or {}).get("ranks", [])
-        result.rank_steps += max(len(mine), len(theirs))
-        result.rank_agreeing += sum(a == b for a, b in zip(mine, theirs))
+        for key, counts in (("ranks", result.ranks), ("stages", result.stages)):
+            mine, theirs = (want or {}).get(key, []), (got or {}).get(key, [])
+            counts[0] += max(len(mine), len(theirs))
+            counts[1] += sum(a == b for a, b in zip(mine, theirs))
         if want == got:
             result.agreeing += 1
         else:

@@ -60,8 +60,14 @@ def cells(trace: Trace) -> set[tuple]:
 
     resolved = None
     out: set[tuple] = set()
+    stages = s.pipeline_parallel_size > 1
     for step in trace.expected_steps:
         resolved = step.get("cudagraph_mode", resolved)
+        if stages:  # stage 0's forwards are one rank's, which the one-stage traces cover
+            if step.get("stages"):  # whether each stage ran a graph, ran eagerly or stopped, in stage order
+                out.add(("stages", tuple("raised" if "raised" in r else "eager" if r["runtime_mode"] == "NONE"
+                                         else "graph" for r in step["stages"])))
+            continue
         for d in step.get("dispatches", []):
             acting = tuple((layer["layer"], layer["action"]) for layer in d["layers"] if layer["action"] != "passed")
             out.add((scenario_class, resolved, d["role"], d["runtime_mode"], acting, d["ran_eager"]))

@@ -84,7 +84,8 @@ def records(steps: list[dict], events: list[Event], descriptor_from_json, *, pro
         record = StepRecord(index, event, tuple(dispatches), dict(step.get("stacks", {})),
                             dict(step.get("unwrap", {})), halted=step.get("halted"),
                             profiled=profiled if isinstance(event, CaptureModel) else None,
-                            ranks=tuple(RankServed.from_json(r) for r in step.get("ranks", [])))
+                            ranks=tuple(RankServed.from_json(r) for r in step.get("ranks", [])),
+                            stages=tuple(RankServed.from_json(r) for r in step.get("stages", [])))
         if isinstance(event, ProfileCudagraphMemory):
             graphs.clear()
             if not profiling_skipped and not record.halted:

@@ -1,16 +1,19 @@
-"""Several data-parallel ranks as several processes joined by ``torch.distributed`` (gloo, on the
-loopback address only), each running vLLM's own code for its rank.
+"""Several data-parallel ranks or pipeline stages as several processes joined by
+``torch.distributed`` (gloo, on the loopback address only), each running vLLM's own code for its
+rank or stage.
 
 ``run(target, payload, world_size, timeout_s, deadline_s)`` forks ``world_size`` processes with
 ``torch.multiprocessing`` from a process that has set vLLM up (its platform chosen, a tree's
 modules in place), so every rank starts from that state at no cost, and joins them into one gloo
 group with a bound on every collective. Each process calls ``target(rank, world_size, payload)``,
-which installs vLLM's DP group over that group (``install_dp_group``: a ``GroupCoordinator``, whose
+which installs vLLM's DP or PP group over that group (``install_group``: a ``GroupCoordinator``, whose
 ``cpu_all_reduce_`` vLLM's DP sync calls, ``34:distributed/parallel_state.py:1385-1387``), and sends
 back what it returns. A rank that does not answer by the deadline is reported as hung and every
 process is killed: a disagreement ends as a reported hang, never as a stuck run. ``replay_ranks``
 runs a whole trace so, each rank through its family's ``Session.replay`` with its ``dp_rank``, and
-joins the ranks' steps (``merged``). The ranks touch no device (the DP sync is vLLM's CPU all-reduce). A long campaign spreads the same way over
+joins the ranks' steps (``merged``); ``replay_stages`` does the same per PP stage, whose
+``pp_stage`` gives it its own support, and the stages hand their rows over vLLM's PP group
+(``merged_stages``). The ranks touch no device (the DP sync is vLLM's CPU all-reduce). A long campaign spreads the same way over
 machines: ``torch.distributed`` takes ``MASTER_ADDR`` from its launcher, and nothing here is
 specific to one host but the address.
 """
@@ -26,7 +29,7 @@ from datetime import timedelta
 
 from contract.core.modes import NONE
 from contract.core.observation import RankServed
-from contract.real import decisions, overlay
+from contract.real import decisions, lines, overlay
 
 LOOPBACK = "127.0.0.1"
 DP_TIMEOUT_S = 20.0  # per collective: a rank left waiting answers within it
@@ -43,9 +46,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def install_dp_group(timeout_s: float) -> None:
-    """vLLM's DP ``GroupCoordinator`` for this rank over the gloo world group, once vLLM is set up
-    (its platform chosen); the other groups stay world-size 1 (``contract/real/parallel_state.py``)."""
+def install_group(name: str, timeout_s: float) -> None:
+    """vLLM's DP (``name`` "dp") or PP ("pp") ``GroupCoordinator`` for this process over the gloo
+    world group, once vLLM is set up (its platform chosen); the other groups stay world-size 1
+    (``contract/real/parallel_state.py``). The PP group's ``send_tensor_dict``/``recv_tensor_dict``
+    send over the same gloo group (the tensors are on the CPU)."""
     import torch
     import torch.distributed as dist
     import vllm.distributed.parallel_state as ps
@@ -54,20 +59,25 @@ def install_dp_group(timeout_s: float) -> None:
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(list(range(world_size)), backend="gloo", timeout=timedelta(seconds=timeout_s))
-    dp = ps.GroupCoordinator.__new__(ps.GroupCoordinator)
-    dp.__dict__.update(unique_name="dp", rank=rank, ranks=list(range(world_size)), world_size=world_size,
-                       device=torch.device("cpu"),
-                       local_rank=rank, rank_in_group=rank, device_communicator=None, cpu_group=group,
-                       device_group=group, use_device_communicator=False, mq_broadcaster=None,
-                       cpu_timeout=timedelta(seconds=timeout_s), dead_dp_ranks=set())
-    ps._DP = dp
+    coordinator = ps.GroupCoordinator.__new__(ps.GroupCoordinator)
+    coordinator.__dict__.update(unique_name=name, rank=rank, ranks=list(range(world_size)), world_size=world_size,
+                                device=torch.device("cpu"), local_rank=rank, rank_in_group=rank,
+                                device_communicator=None, cpu_group=group, device_group=group,
+                                use_device_communicator=False, mq_broadcaster=None,
+                                cpu_timeout=timedelta(seconds=timeout_s), dead_dp_ranks=set(),
+                                use_cpu_custom_send_recv=False, use_custom_op_call=False)
+    setattr(ps, {"dp": "_DP", "pp": "_PP"}[name], coordinator)
     install_parallel_state()
 
 
 def _rank_main(rank: int, world_size: int, port: int, timeout_s: float, target: Callable, payload,
                answers) -> None:
+    import warnings
+
     import torch.distributed as dist
 
+    # vLLM's send_object hands torch a read-only pickle buffer, and torch warns once per process
+    warnings.filterwarnings("ignore", message="The given buffer is not writable")
     try:
         dist.init_process_group("gloo", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
@@ -118,14 +128,18 @@ TRACE_DEADLINE_S = 300.0  # one trace on every rank, its first-forward compile i
 
 
 def _replay_rank(rank: int, world_size: int, payload: dict) -> dict:
-    """One rank's replay of a trace (the family's ``Session.replay`` with its ``dp_rank``), in a
-    process forked from the replay's: its steps, and for rank 0 the decision points the trace reached."""
-    install_dp_group(payload["timeout_s"])
+    """One rank's (stage's) replay of a trace (the family's ``Session.replay`` with its ``dp_rank``
+    or ``pp_stage``), in a process forked from the replay's: its steps, and for rank 0 the decision
+    points the trace reached."""
+    install_group(payload["group"], payload["timeout_s"])
     session = payload["session"]
     before = Counter(session.decisions.steps)  # forked: the parent's counts so far
-    steps = session.replay(payload["scenario"], payload["events"], dp_rank=rank)
+    where = {"dp_rank": rank} if payload["group"] == "dp" else {"pp_stage": rank}
+    steps = session.replay(payload["scenario"], payload["events"], **where)
     finder = overlay.installed()
     out = {"steps": steps, "reached": sorted(finder.reached) if finder else []}
+    if lines.ACTIVE is not None:  # a deciding-lines replay: what this rank's vLLM code ran
+        out["lines"] = lines.ACTIVE.snapshot(steps)
     if rank == 0:
         out.update(path=session.decisions.path, counted=list((session.decisions.steps - before).items()),
                    where=dict(decisions.WHERE))
@@ -138,19 +152,33 @@ def replay_ranks(session, scenario, events, timeout_s: float) -> list[dict]:
     ``execute_model``: rank 0's steps, each serving step with every rank's side (``ranks``). A
     rank whose code raised stops the step (``DP rank r: ...``), and so does a rank that never
     answered (a hang, ended by the collectives' bound); the decision points are rank 0's."""
-    answers = run(_replay_rank, {"session": session, "scenario": scenario, "events": events, "timeout_s": timeout_s},
-                  scenario.data_parallel_size, timeout_s, TRACE_DEADLINE_S)
+    return merged(_run_trace(session, scenario, events, timeout_s, "dp", scenario.data_parallel_size))
+
+
+def replay_stages(session, scenario, events, timeout_s: float) -> list[dict]:
+    """A trace on ``scenario.pipeline_parallel_size`` PP stages, one process each joined by gloo,
+    every stage replaying the whole trace with its own support and hand-over: stage 0's steps,
+    each serving step with every stage's side (``stages``, ``merged_stages``)."""
+    return merged_stages(_run_trace(session, scenario, events, timeout_s, "pp", scenario.pipeline_parallel_size))
+
+
+def _run_trace(session, scenario, events, timeout_s: float, group: str, size: int) -> list[list[dict] | None]:
+    """Each process's steps (None: never answered); rank 0's decision points become the session's."""
+    answers = run(_replay_rank, {"session": session, "scenario": scenario, "events": events, "timeout_s": timeout_s,
+                                 "group": group}, size, timeout_s, TRACE_DEADLINE_S)
     finder = overlay.installed()
     for answer in answers:
         if answer != HUNG and finder is not None:
             finder.reached.update(answer["reached"])
+        if answer != HUNG and "lines" in answer and lines.ACTIVE is not None:
+            lines.ACTIVE.merge(answer["lines"])
     if answers[0] != HUNG:
         session.decisions.path = answers[0]["path"]
         for key, n in answers[0]["counted"]:
             session.decisions.steps[key] += n
         for point, found in answers[0]["where"].items():
             decisions.WHERE.setdefault(point, found)
-    return merged([None if a == HUNG else a["steps"] for a in answers])
+    return [None if a == HUNG else a["steps"] for a in answers]
 
 
 def left_waiting(text: str) -> bool:
@@ -188,6 +216,34 @@ def merged(per_rank: list[list[dict] | None]) -> list[dict]:
         if stopped or any(side is not None and "rank" in side for side in sides):
             step["ranks"] = [RankServed.stopped(side_of(stopped[r])).to_json() if r in stopped
                              else side.get("rank", RankServed(NONE, 0).to_json()) for r, side in enumerate(sides)]
+        out.append(step)
+        if stopped:
+            break
+    return out
+
+
+def merged_stages(per_stage: list[list[dict] | None]) -> list[dict]:
+    """One trace's steps from every PP stage's (None: a stage that never answered): stage 0's, each
+    serving step with the sides of the stages up to the first that stopped (``stages``; a later
+    stage waits on the one that stopped and says nothing of its own). A stage that raised for a
+    reason of its own stops the trace there (``halted``; past stage 0, ``PP stage s: ...``), and so
+    does one that was left waiting (a send or receive another stage never made)."""
+    base = next((steps for steps in per_stage if steps is not None), [])
+    out: list[dict] = []
+    for k, template in enumerate(base):
+        own = per_stage[0][k] if per_stage[0] is not None and k < len(per_stage[0]) else template
+        step = {key: value for key, value in own.items() if key != "stage"}
+        sides = [steps[k] if steps is not None and k < len(steps) else None for steps in per_stage]
+        stopped = {s: RankServed.NO_ANSWER if side is None else side["halted"]
+                   for s, side in enumerate(sides) if side is None or "halted" in side}
+        first = min(stopped, key=lambda s: (left_waiting(stopped[s]), s)) if stopped else None
+        if first is not None and first > 0:
+            step.pop("raised_at", None)
+            step["halted"] = f"PP stage {first}: {side_of(stopped[first])}"
+        if first != 0 and "stage" in own:
+            last = first if first is not None else len(sides) - 1
+            step["stages"] = [RankServed.stopped(side_of(stopped[s])).to_json() if s == first else sides[s]["stage"]
+                              for s in range(last + 1)]
         out.append(step)
         if stopped:
             break

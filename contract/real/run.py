@@ -46,8 +46,9 @@ class ConformanceRun:
     corpus: str
     results: list[TraceResult] = field(default_factory=list)  # file traces, each kept
     generated: dict = field(default_factory=lambda: {"traces": 0, "steps": 0, "agreeing": 0, "violations": {}})
-    # several DP ranks (every corpus): [traces, rank-steps compared, rank-steps agreeing]
+    # [traces, sides, agreeing sides] of the traces on several DP ranks and on several PP stages
     ranks: list[int] = field(default_factory=lambda: [0, 0, 0])
+    stages: list[int] = field(default_factory=lambda: [0, 0, 0])
     generated_diffs: list[TraceResult] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     decisions: list[dict] = field(default_factory=list)  # decisions.Log.to_json()
@@ -64,8 +65,9 @@ class ConformanceRun:
         return sum(r.agreeing for r in self.results) + self.generated["agreeing"]
 
     def count_ranks(self, result: TraceResult) -> None:
-        if result.rank_steps:
-            self.ranks = [self.ranks[0] + 1, self.ranks[1] + result.rank_steps, self.ranks[2] + result.rank_agreeing]
+        for mine, theirs in ((self.ranks, result.ranks), (self.stages, result.stages)):
+            if theirs[0]:
+                mine[:] = [mine[0] + 1, mine[1] + theirs[0], mine[2] + theirs[1]]
 
     @property
     def disagreeing(self) -> list[TraceResult]:
@@ -89,6 +91,8 @@ class ConformanceRun:
             "capture_sizes": self.sizes,
             **({"data_parallel": dict(zip(("traces", "rank_steps", "agreeing_rank_steps"), self.ranks))}
                if self.ranks[0] else {}),
+            **({"pipeline_parallel": dict(zip(("traces", "stage_steps", "agreeing_stage_steps"), self.stages))}
+               if self.stages[0] else {}),
         }
 
     def to_json(self) -> dict:

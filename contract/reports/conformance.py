@@ -72,6 +72,12 @@ def markdown(run: ConformanceRun) -> str:
            f"joined by `torch.distributed` (gloo, 127.0.0.1) running vLLM's `dispatch_cg_and_sync_dp`: "
            f"**{s['data_parallel']['agreeing_rank_steps']} of {s['data_parallel']['rank_steps']} rank-steps agree**"]
           if "data_parallel" in s else []),
+        *([f"- several pipeline stages: {s['pipeline_parallel']['traces']} traces, each stage a process of its own "
+           f"joined by `torch.distributed` (gloo, 127.0.0.1): its own resolve, capture and dispatch, the rows of the "
+           f"stage before received by vLLM's `recv_tensor_dict` and copied by `execute_model`'s own statement: "
+           f"**{s['pipeline_parallel']['agreeing_stage_steps']} of {s['pipeline_parallel']['stage_steps']} "
+           f"stage-steps agree**"]
+          if "pipeline_parallel" in s else []),
         f"- decision points made by vLLM's code: {_pct(share(run.decisions))} of the step × point pairs "
         f"(harness-mirrored points match this release's source: "
         f"{', '.join(_mirrored_label(m) + (': yes' if m['known'] else ': **no**') for m in run.mirrored) or 'none'})",

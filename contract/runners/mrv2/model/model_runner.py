@@ -30,7 +30,7 @@ from contract.core.halts import ADAPTIVE_PROFILE_ERROR, ADAPTIVE_REJECTED
 from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
-from contract.runners.mrv2.model import dp_utils, spec_decode
+from contract.runners.mrv2.model import dp_utils, pp_utils, spec_decode
 from contract.runners.mrv2.model.dp_utils import RankBatch
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
 from contract.core.observation import (
@@ -72,6 +72,8 @@ class RunnerState:
     target: CudaGraphManager | None = None  # self.cudagraph_manager
     prefill: CudaGraphManager | None = None  # the speculator's prefill (or only) manager
     decode: CudaGraphManager | None = None  # the speculator's one-token decode manager
+    stages: tuple[CudaGraphManager, ...] = ()  # pipeline stages 1.. : each stage's own manager
+    stage_modes: tuple[CUDAGraphMode, ...] = ()  # and its compilation_config.cudagraph_mode, once resolved
     entries: frozenset[Entry] = frozenset()
     completed: frozenset[tuple] = frozenset()  # (layer, Dispatch.key) whose capture completed
     memory_profiled: bool = False
@@ -153,6 +155,8 @@ class _Step:
         self.context = ""
         self.capture_phase = False
         self.ranks: tuple[RankServed, ...] = ()
+        self.stages: tuple[RankServed, ...] = ()
+        self.stage_rejected: str | None = None
 
     def set(self, note: str | None = None, **changes) -> None:
         self.state = replace(self.state, **changes)
@@ -308,7 +312,7 @@ class _Step:
             if mode != st.cudagraph_mode:
                 self.changes.append(f"adaptive verification: cudagraph_mode {st.cudagraph_mode.name} -> {mode.name}")
         try:
-            resolved = p.resolve(mode, st.config, s.attention_support, s.uniform_decode_query_len, True,
+            resolved = p.resolve(mode, st.config, s.stage_support(0), s.uniform_decode_query_len, True,
                                  st.config.cudagraph_capture_sizes, available)
         except ResolveRejected as exc:
             self.set(f"resolve rejected: {exc}", halted=f"resolve rejected: {exc}")
@@ -325,8 +329,28 @@ class _Step:
         if s.drafter is DrafterKind.WITH_MODEL:
             managers = spec_decode.init_cudagraph_manager(s, p, r, sizes)
         self.set(cudagraph_mode=r, target=target, prefill=managers.prefill, decode=managers.decode, resolved=True)
+        self.resolve_stages(available)
         if not p.compile_at_first_forward:
             self.compile(r)
+
+    def resolve_stages(self, available: bool) -> None:
+        """Stages 1.. run ``initialize_kv_cache`` in workers of their own: each resolves from its own
+        ``compilation_config.cudagraph_mode`` (which memory profiling's resolve wrote back) under its
+        own support. A stage's refusal stops vLLM once stage 0's step is done (``stage_rejected``)."""
+        s, st = self.scenario, self.state
+        if s.pipeline_parallel_size == 1:
+            return
+        modes = st.stage_modes or (st.config.cudagraph_mode,) * (s.pipeline_parallel_size - 1)
+        try:
+            stages = pp_utils.stage_managers(s, self.policy, modes, st.config, available)
+        except pp_utils.StageRejected as exc:
+            stage, halted = exc.args
+            self.stage_rejected = f"PP stage {stage}: {halted}"
+            return
+        for stage, (before, manager) in enumerate(zip(modes, stages), start=1):
+            if manager.cudagraph_mode != before:
+                self.changes.append(f"PP stage {stage}: cudagraph_mode {before.name} -> {manager.cudagraph_mode.name}")
+        self.set(stages=stages, stage_modes=tuple(m.cudagraph_mode for m in stages))
 
     def compile(self, mode: CUDAGraphMode) -> None:
         """Dynamo compile: inner PIECEWISE wrappers iff the class is compiled, attention is in the
@@ -372,6 +396,8 @@ class _Step:
                 self.halt(f"RuntimeError: piecewise CUDA graphs (cudagraph_mode={mode.name}) unavailable")
                 return
             self.capture_manager("target", max_full=max_full)
+        if not self.state.halted and st.stages and max_full is None:
+            self.set(stages=pp_utils.captured(st.stages))
         if not self.state.halted and s.drafter is DrafterKind.WITH_MODEL:
             spec_decode.capture(self, s, spec_decode.SpeculatorManagers(self.state.prefill, self.state.decode))
         if (not self.state.halted and max_full is None and self.state.adaptive_verification
@@ -405,6 +431,15 @@ class _Step:
 
     def execute_model(self, event: ExecuteModel) -> None:
         own = self.rank_batch(event.num_tokens, event.uniform_decode, event.force_eager)
+        if self.state.stages:
+            first = pp_utils.first_stage_batch(self.policy, own)
+            desc = dp_utils.dispatch_cg_and_sync_dp(self.state.target, (first,))[0]
+            self.forward("target", "target", desc)
+            if not self.state.halted:
+                self.stages, error = pp_utils.serve(self.policy, desc, self.state.stages, own)
+                if error:
+                    self.halt(error)
+            return
         if not event.peers:  # need_eager: dispatch_cg_and_sync_dp returns NONE
             desc = dp_utils.dispatch_cg_and_sync_dp(self.state.target, (own,))[0]
             self.forward("target", "target", desc)
@@ -441,7 +476,9 @@ def step(scenario: Scenario, policy, state: RunnerState, event: Event, index: in
     except AssertionError as exc:
         st.set(halted=f"AssertionError: {exc}" if str(exc) else "AssertionError")
         extra = {}
-    record = StepRecord(index=index, event=event, dispatches=tuple(st.dispatches), ranks=st.ranks,
+    if st.stage_rejected and not st.state.halted:
+        st.set(st.stage_rejected, halted=st.stage_rejected)
+    record = StepRecord(index=index, event=event, dispatches=tuple(st.dispatches), ranks=st.ranks, stages=st.stages,
                         halted=st.state.halted if st.state.halted != state.halted else None,
                         changes=tuple(st.changes), **extra)
     return st.state, record
@@ -486,7 +523,7 @@ def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Eve
                 e for e in st.state.entries if e.layer.endswith(":compiled"))
             st.set("profiling graphs cleared; managers dropped" if policy.profiling_clears_graphs
                    else "managers dropped; compiled graphs kept", entries=kept, completed=frozenset(),
-                   target=None, prefill=None, decode=None, resolved=False)
+                   target=None, prefill=None, decode=None, stages=(), resolved=False)
         extra["cudagraph_mode"] = st.state.cudagraph_mode
     elif isinstance(event, Resolve):
         st.initialize_kv_cache()

@@ -96,8 +96,9 @@ MUTANTS: tuple[Mutant, ...] = (
            build=replacing(profiling_swaps_wrapper_pools=False)),
     Mutant("mrv2_profiling_returns_zero", "mrv2_0_34", "profiling",
            "profile_cudagraph_memory returns 0 without capturing (vLLM #49224, before #53306): the KV cache is "
-           "sized with no memory for the graphs capture_model then captures",
-           kills=frozenset(['P10']),
+           "sized with no memory for the graphs capture_model then captures; nothing captured at profiling "
+           "also masks the base's silent eager fallback there (P1)",
+           kills=frozenset(['P10', 'P1']),
            build=replacing(profiling_captures=False)),
     Mutant("mrv2_adaptive_verification_skipped", "mrv2_0_34", "resolve",
            "resolve_adaptive_cudagraph_mode not applied: FULL is not rewritten to FULL_AND_PIECEWISE, which hides "
@@ -142,4 +143,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "decode batch loses its FULL decode graph",
            kills=frozenset(['P9']),
            build=replacing(dp_dummy_batch_aligned=False)),
+    Mutant("mrv2_pp_first_stage_eager", "mrv2_0_34", "stages",
+           "the first pipeline stage runs every step eagerly for a reason of its own (as if its multimodal "
+           "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "
+           "it sent, and their copy of its hidden states raises",
+           kills=frozenset(['P9', 'P0']),
+           build=replacing(pp_need_eager_stage=0)),
 )

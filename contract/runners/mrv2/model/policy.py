@@ -103,6 +103,7 @@ class Mrv2Policy:
     dp_sync_takes_min: bool = True  # the weakest rank's mode
     dp_votes_need_eager: bool = True  # a rank that needs eager dispatches NONE before the agreement
     dp_dummy_batch_aligned: bool = True  # an idle rank's dummy batch is one request of q tokens
+    pp_need_eager_stage: int | None = None  # a pipeline stage that runs eagerly on its own (mutants only)
 
     @property
     def engine(self) -> Engine:

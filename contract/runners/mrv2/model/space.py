@@ -20,6 +20,7 @@ from contract.core.modes import (
 )
 from contract.core.scenario import (
     MAX_DATA_PARALLEL_SIZE,
+    MAX_PIPELINE_PARALLEL_SIZE,
     NUM_TOKENS_DOMAIN,
     ConfigRejected,
     DrafterKind,
@@ -54,7 +55,7 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
     return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator, scenario.spec_enforce_eager,
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
             skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only,
-            scenario.data_parallel_size)
+            scenario.data_parallel_size, scenario.pipeline_parallel_size, scenario.attention_support_stage)
 
 
 def all_scenarios() -> list[Scenario]:
@@ -90,10 +91,20 @@ def all_scenarios() -> list[Scenario]:
                                                     ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2)), DP_SIZES):
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=drafter, uniform_decode_query_len=q,
                             data_parallel_size=dp))
+    # Several PP stages: every mode and splitting, every stage on the same backend or the weakest
+    # backend on the first or the last stage, on two stages (a middle stage is a last stage to the
+    # one before it and a first to the one after).
+    for mode, split, (support, stage) in itertools.product(
+            (FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE), tuple(SplittingOps),
+            ((AttentionCGSupport.ALWAYS, None), *((support, stage) for support in (AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE, AttentionCGSupport.NEVER)
+                                                  for stage in (0, 1)))):
+        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, splitting_ops=split, attention_support=support,
+                            pipeline_parallel_size=PP_SIZE, attention_support_stage=stage))
     return out
 
 
 DP_SIZES = (2,)  # the explorer's; Hypothesis draws up to MAX_DATA_PARALLEL_SIZE
+PP_SIZE = 2  # the explorer's; Hypothesis draws up to MAX_PIPELINE_PARALLEL_SIZE
 
 
 def adaptive_attention(adaptive: bool, drafter: DrafterKind, support: AttentionCGSupport) -> list[tuple[bool, bool]]:
@@ -134,6 +145,9 @@ _SPECULATOR = hst.sampled_from((Speculator.EAGLE, *Speculator))
 _MOSTLY_ON = hst.sampled_from((True, True, False))
 _RARE = hst.sampled_from((False, False, False, True))
 _DATA_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_DATA_PARALLEL_SIZE + 1)))  # one lane in three
+# one lane without a drafter on one DP rank in three
+_PIPELINE_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)))
+_WEAK_STAGE = {pp: hst.sampled_from((None, *range(pp))) for pp in range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)}
 # Only the pairs that apply are drawn, a weaker draft-only backend most often: they exist only under
 # adaptive verification, so a field-by-field draw would rarely reach them.
 _ADAPTIVE_PAIRS = {
@@ -151,6 +165,9 @@ def _draw_scenario(draw) -> Scenario:
     support = draw(_ATTENTION_SUPPORT)
     adaptive = has_spec and draw(_OFF_OR_ON)
     bound, draft_only = draw(_ADAPTIVE_PAIRS[(adaptive, drafter, support)])
+    dp = draw(_DATA_PARALLEL_SIZE)
+    pp = draw(_PIPELINE_PARALLEL_SIZE) if not has_spec and dp == 1 else 1
+    weak_stage = draw(_WEAK_STAGE[pp]) if pp > 1 and support is not AttentionCGSupport.ALWAYS else None
     return Scenario(
         runner=Runner.MRV2,
         breakable=draw(_BOOL),
@@ -168,7 +185,9 @@ def _draw_scenario(draw) -> Scenario:
         extensible_kv_cache=draw(_MOSTLY_ON),
         varlen_decode_bound=bound,
         attention_support_draft_only=draft_only,
-        data_parallel_size=draw(_DATA_PARALLEL_SIZE),
+        data_parallel_size=dp,
+        pipeline_parallel_size=pp,
+        attention_support_stage=weak_stage,
     )
 
 

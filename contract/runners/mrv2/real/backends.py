@@ -80,18 +80,32 @@ class TinyModel(torch.nn.Module):
     """A model class without ``@support_torch_compile`` (``model_compiled`` false): it never compiles."""
 
     def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        from vllm.distributed.parallel_state import get_pp_group
+        from vllm.sequence import IntermediateTensors
+
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB_SIZE, HIDDEN_SIZE)
         self.weight = torch.nn.Parameter(torch.eye(HIDDEN_SIZE) * 0.5, requires_grad=False)
         max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
         self.register_buffer("attn_output", torch.zeros(max_tokens, HIDDEN_SIZE), persistent=False)
+        # A pipeline stage's model, as vLLM's models split: the first embeds, the others read the
+        # stage before's hidden states; all but the last hand theirs on (``IntermediateTensors``).
+        self.is_first_stage, self.is_last_stage = get_pp_group().is_first_rank, get_pp_group().is_last_rank
+        self.intermediate_tensors_class = IntermediateTensors
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                intermediate_tensors=None, inputs_embeds=None) -> torch.Tensor:
-        h = torch.ops.simcg.compute(self.embed(input_ids), self.weight)
+    def make_empty_intermediate_tensors(self, batch_size: int, dtype, device):
+        return self.intermediate_tensors_class({"hidden_states": torch.zeros(batch_size, HIDDEN_SIZE, dtype=dtype, device=device)})
+
+    def forward(self, input_ids: torch.Tensor | None, positions: torch.Tensor,
+                intermediate_tensors=None, inputs_embeds=None):
+        x = self.embed(input_ids) if self.is_first_stage else intermediate_tensors["hidden_states"]
+        h = torch.ops.simcg.compute(x, self.weight)
         out = self.attn_output[: h.shape[0]]
         torch.ops.simcg.attention(h, out)
-        return torch.ops.simcg.compute(out, self.weight) * 2
+        hidden = torch.ops.simcg.compute(out, self.weight) * 2
+        if self.is_last_stage:
+            return hidden
+        return self.intermediate_tensors_class({"hidden_states": hidden})
 
 
 class TinyDraftModel(torch.nn.Module):
@@ -138,7 +152,7 @@ def compiled_class(draft: bool = False):
             class TinyCompiledModel(TinyModel):
                 pass
 
-            dims = {"input_ids": 0, "positions": 0}
+            dims = {"input_ids": 0, "positions": 0, "intermediate_tensors": 0}
             _COMPILED_CLASSES[name] = support_torch_compile(dynamic_arg_dims=dims)(TinyCompiledModel)
     return _COMPILED_CLASSES[name]
 

@@ -19,8 +19,16 @@ from contract.real.compare import TraceResult, compare, predict
 from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
-from contract.core.modes import FULL_AND_PIECEWISE
-from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, DrafterKind, Runner, all_scenarios
+from contract.core.modes import FULL_AND_PIECEWISE, AttentionCGSupport
+from contract.core.scenario import (
+    MAX_DATA_PARALLEL_SIZE,
+    MAX_PIPELINE_PARALLEL_SIZE,
+    DrafterKind,
+    Runner,
+    Scenario,
+    SplittingOps,
+    all_scenarios,
+)
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
@@ -29,7 +37,7 @@ from contract.runners.mrv2.real.modules import NOT_REPLAYED_SPECULATOR, NOT_REPL
 from contract.runners.mrv2.model import space
 from contract.runners.mrv2.model.space import adaptive_attention
 
-NOT_REPLAYED_RANKS_ON_CUDA = "not replayed (several data-parallel ranks replay on CPU only)"
+NOT_REPLAYED_RANKS_ON_CUDA = "not replayed (several data-parallel ranks or pipeline stages replay on CPU only)"
 
 # The n-gram and suffix speculators build no CUDA-graph manager and capture nothing
 # (33:…/ngram/speculator.py:209-213, 34:…/suffix/speculator.py:620-624); the n-gram one is built
@@ -44,7 +52,8 @@ def scenarios(policy: Policy) -> Iterator:
     whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
     ``profile_cudagraph_memory`` captures. Under ``spec_enforce_eager``, the model space's scenarios
     of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults), and
-    so on several data-parallel ranks (each trace one process per rank, ``dp_utils.replay_ranks``)."""
+    so on several data-parallel ranks (each trace one process per rank, ``dp_utils.replay_ranks``) and
+    pipeline stages (one process per stage, ``ranks.replay_stages``)."""
     kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
     for extensible in kv_cache:
         for s in all_scenarios(Runner.MRV2):
@@ -71,6 +80,13 @@ def scenarios(policy: Policy) -> Iterator:
     yield from on_ranks
     yield from (replace(s, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1) for s in on_ranks
                 if s.cudagraph_mode is FULL_AND_PIECEWISE)
+    # PP stages: one scenario per behaviour class on two stages; vLLM's defaults on 3 and 4 stages,
+    # the weakest backend on stage 1 (a middle stage from 3 on)
+    yield from (s for s in space.canonical_scenarios(policy) if s.pipeline_parallel_size > 1)
+    yield from (Scenario(runner=Runner.MRV2, splitting_ops=SplittingOps.EMPTY, attention_support=support,
+                         pipeline_parallel_size=n, attention_support_stage=stage)
+                for n in range(3, MAX_PIPELINE_PARALLEL_SIZE + 1)
+                for support, stage in ((AttentionCGSupport.ALWAYS, None), (AttentionCGSupport.NEVER, 1)))
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
@@ -161,7 +177,7 @@ def _compare(session, trace: Trace, policy: Policy, source: str):
             and trace.scenario.speculator not in REPLAYED_SPECULATORS):
         return TraceResult(trace.name or source, source, trace.policy,
                            NOT_REPLAYED_SPECULATOR.format(trace.scenario.speculator.name))
-    if trace.scenario.data_parallel_size > 1 and session.device == "cuda":
+    if (trace.scenario.data_parallel_size > 1 or trace.scenario.pipeline_parallel_size > 1) and session.device == "cuda":
         # the ranks are forked from the replay's process, which a CUDA context cannot follow
         return TraceResult(trace.name or source, source, trace.policy, NOT_REPLAYED_RANKS_ON_CUDA)
     try:

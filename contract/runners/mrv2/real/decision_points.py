@@ -50,6 +50,7 @@ BLOCKS = {
     "batch": "GPUModelRunner.execute_model (batch statements)",
     "dispatch": "GPUModelRunner.execute_model (dispatch statement)",
     "prepare_inputs": "GPUModelRunner.prepare_inputs (padded count)",
+    "pp_inputs": "GPUModelRunner.execute_model (a PP stage's received rows)",
     "run_model": "GPUModelRunner.execute_model (run-model branch)",
 }
 

@@ -90,7 +90,7 @@ def serve_ranks(rank: int, world_size: int, payload: dict) -> dict:
     rank runs no collective. With them, the watched functions of the tree the ranks reached."""
     from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 
-    ranks.install_dp_group(TIMEOUT_S)
+    ranks.install_group("dp", TIMEOUT_S)
     records = _serve(payload["session"], rank, world_size, payload["settings"], dispatch_cg_and_sync_dp)
     finder = overlay.installed()
     return {"records": records, "reached": sorted(finder.reached) if finder else []}

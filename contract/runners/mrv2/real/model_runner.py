@@ -11,7 +11,8 @@
   ``gather_batch_req_state``, the prefill rule for ``max_query_len``; ``33:…:1800-1816``,
   ``34:…:1863-1878``), the ``dispatch_cg_and_sync_dp`` statement (``33:…:1832-1848``, ``34:…:1894-1910``)
   and the "Run model" branch (``33:…:2051-2097``, ``34:…:2119-2164``); between them, the padded
-  token count and padding mask of ``prepare_inputs`` (``33:…:1395-1401``, ``34:…:1465-1471``);
+  token count and padding mask of ``prepare_inputs`` (``33:…:1395-1401``, ``34:…:1465-1471``) and,
+  on a non-first PP stage, the copy of the stage before's rows (``33:…:2020-2037``, ``34:…:2088-2105``);
 - ``capture_model``: the whole method, called unbound on the stand-in runner, and so is
   ``profile_cudagraph_memory`` (``v1/worker/gpu/cudagraph_utils.py``), whose KV-cache bootstrap
   (``_init_minimal_kv_cache_for_profiling``) calls the runner's ``initialize_kv_cache`` with a
@@ -49,6 +50,7 @@ class Blocks:
     batch: Block
     dispatch: Block
     prepare_inputs: Block
+    pp_inputs: Block
     run_model: Block
 
     def where(self) -> dict[str, str]:
@@ -90,6 +92,10 @@ def load(module) -> Blocks:
             module, RUNNER, "prepare_inputs",
             [("num_tokens = batch_req_state.num_tokens", "if envs.VLLM_MOE_SKIP_PADDING")],
             ("batch_req_state", "batch_desc"),
+        ),
+        pp_inputs=cut(
+            module, RUNNER, "execute_model", [("if not self.is_first_pp_rank:", None)],
+            ("model_inputs", "intermediate_tensors", "input_batch", "dummy_run"), contains="intermediate_tensors",
         ),
         run_model=cut(
             module, RUNNER, "execute_model", [("if batch_desc.cg_mode == CUDAGraphMode.FULL:", None)],
@@ -175,7 +181,8 @@ def scheduled_batch(runner, num_tokens: int, uniform_decode: bool) -> types.Simp
         req_id_to_index={r: i for i, r in enumerate(req_ids)},
         prefill_len=types.SimpleNamespace(np=np.array(prefill_len, dtype=np.int32)),
         num_computed_prefill_tokens=np.array(computed, dtype=np.int32),
-        max_seq_len=None,
+        # each request's length cap, read under PP only (34:…/model_runner.py:1411-1413): far off
+        max_seq_len=np.full(len(tokens), 1 << 20, dtype=np.int64),
     )
     return types.SimpleNamespace(num_scheduled_tokens=dict(zip(req_ids, tokens)), total_num_scheduled_tokens=num_tokens,
                                  scheduled_spec_decode_tokens={}, skip_drafts=False)

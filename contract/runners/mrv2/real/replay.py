@@ -7,7 +7,8 @@ first forward: real Dynamo compiles through ``VllmBackend`` under the mode as po
 decision and Dynamo compile, ``has_compiled_submodule``, adaptive verification's rewrite, resolve,
 ``ModelCudaGraphManager`` (candidates, capture loop, ``dispatch``, ``run_fullgraph``,
 ``run_pw_graph``, the breakable runner), ``dispatch_cg_and_sync_dp`` (its all-reduce over one process per rank
-for a trace on several DP ranks, ``contract/real/ranks.py``), the
+for a trace on several DP ranks, ``contract/real/ranks.py``), on several PP stages each stage's own
+resolve, capture and dispatch and the copy of the rows the stage before sent (``pp_utils.py``), the
 ``execute_model`` dispatch statement and "Run model" branch, ``capture_model`` entire, and the
 wrappers' gating, capture and replay. The harness writes the scheduler's side of a step (request
 and token counts) and the stand-ins listed in ``model_runner.py``.
@@ -43,6 +44,7 @@ from contract.runners.mrv2.real import (
     decision_points,
     dp_utils,
     model_runner,
+    pp_utils,
     spec_decode,
 )
 from contract.real.observe import Call, Recorder
@@ -229,7 +231,11 @@ class Session:
         """One model per config-time class, compiled once by its first forward: a compile is
         decided by the config as post-init leaves it, equal within the class. Its graphs are
         cleared between traces by ``clear_all_graphs`` on both wrapper classes."""
-        key = (*config_key(scenario), scenario.model_compiled)
+        from vllm.distributed.parallel_state import get_pp_group
+
+        # a pipeline stage's model embeds (first) or hands its hidden states on (all but the last)
+        stage = (get_pp_group().is_first_rank, get_pp_group().is_last_rank)
+        key = (*config_key(scenario), scenario.model_compiled, stage)
         if key not in self._models:
             self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled).to(self.torch_device)
         return self._models[key]
@@ -244,15 +250,20 @@ class Session:
             self._models[key] = spec_decode.draft_model(vllm_config, scenario, hidden_size).to(self.torch_device)
         return self._models[key]
 
-    def replay(self, scenario: Scenario, events: list[Event], dp_rank: int | None = None) -> list[dict]:
-        """The trace's steps; on several DP ranks, one process per rank (``ranks.replay_ranks``), each
-        calling this with its ``dp_rank``."""
+    def replay(self, scenario: Scenario, events: list[Event], dp_rank: int | None = None,
+               pp_stage: int | None = None) -> list[dict]:
+        """The trace's steps; on several DP ranks (PP stages), one process per rank (stage),
+        ``ranks.replay_ranks`` (``ranks.replay_stages``), each calling this with its ``dp_rank``
+        (``pp_stage``)."""
         if dp_rank is None and scenario.data_parallel_size > 1:
             self.decisions.start_trace()
             return ranks.replay_ranks(self, scenario, events, dp_utils.TIMEOUT_S)
+        if pp_stage is None and scenario.pipeline_parallel_size > 1:
+            self.decisions.start_trace()
+            return ranks.replay_stages(self, scenario, events, dp_utils.TIMEOUT_S)
         self.reset()
         steps: list[dict] = []
-        self.run = RealRun(self, scenario, dp_rank or 0)
+        self.run = RealRun(self, scenario, dp_rank or 0, pp_stage or 0)
         try:
             for event in events:
                 step = self.run.apply(event)
@@ -286,8 +297,8 @@ _NO_COLLECT = _NoCollect()
 class RealRun:
     """The stand-in runner for one trace and the step functions that drive vLLM's code."""
 
-    def __init__(self, session: Session, scenario: Scenario, dp_rank: int = 0) -> None:
-        self.session, self.scenario = session, scenario
+    def __init__(self, session: Session, scenario: Scenario, dp_rank: int = 0, pp_stage: int = 0) -> None:
+        self.session, self.scenario, self.stage = session, scenario, pp_stage
         self.recorder = session.recorder
         if scenario.drafter is DrafterKind.WITHOUT_MODEL:
             raise CannotBuild(NOT_REPLAYED_WITHOUT_MODEL)
@@ -307,6 +318,8 @@ class RealRun:
         )
         self.runner.initialize_kv_cache = self.initialize_kv_cache
         self.runner.dp_size, self.runner.dp_rank = scenario.data_parallel_size, dp_rank
+        if scenario.pipeline_parallel_size > 1:
+            pp_utils.place(self.runner, self.model)
         self.recorder.models[id(self.model)] = "target"
         self.speculator: spec_decode.Observed | None = None
         if speculator is not None:
@@ -456,7 +469,7 @@ class RealRun:
         then the speculator's managers. The KV-cache config stands in for the one vLLM builds."""
         from vllm.v1.attention.backend import AttentionCGSupport
 
-        support = self.scenario.attention_support.name
+        support = self.scenario.stage_support(self.stage).name
         attn_cg_support = types.SimpleNamespace(min_cg_support=AttentionCGSupport[support],
                                                 min_cg_attn_backend=f"SIM_ATTN_{support}")
         self.runner.kv_cache_config = model_runner.kv_cache_config()
@@ -614,10 +627,16 @@ class RealRun:
                                             is_padding=prepared["is_padding"])
         model_inputs = {"input_ids": buffers.input_ids[:padded], "positions": buffers.positions[:padded],
                         "inputs_embeds": None, "intermediate_tensors": None}
+        serving = context == "execute_model"
+        if self.scenario.pipeline_parallel_size > 1:
+            if serving:
+                self.step["stage"] = RankServed(CUDAGraphMode[batch_desc.cg_mode.name], padded,
+                                                (num_reqs, num_toks, uniform_tok_count), is_profile).to_json()
+            self.stage_inputs(model_inputs, input_batch, serving)
         self.start(context, batch_desc.cg_mode.name, _descriptor(batch_desc))
         try:
             with torch.inference_mode():
-                self.session.blocks.run_model(
+                ran = self.session.blocks.run_model(
                     self.runner, batch_desc=batch_desc, dp_sync_state=out["dp_sync_state"],
                     scheduler_output=scheduler_output, input_batch=input_batch, attn_metadata=None,
                     model_inputs=model_inputs, ubatch_state=None, ubatch_slices=None,
@@ -626,6 +645,30 @@ class RealRun:
         except AssertionError:
             raise
         except Exception as exc:
+            raise Halt(errors.normalise(exc)) from exc
+        if self.scenario.pipeline_parallel_size > 1 and serving and not self.runner.is_last_pp_rank:
+            try:
+                pp_utils.send(ran["model_output"])
+            except Exception as exc:  # the next stage stopped: gloo's error, said by the merge
+                raise Halt(errors.normalise(exc)) from exc
+
+    def stage_inputs(self, model_inputs: dict, input_batch, serving: bool) -> None:
+        """A non-first PP stage's hidden states: on a serving step what the stage before sent
+        (``pp_utils.receive``), else vLLM's dummy-run slice of the runner's buffer
+        (``34:…/model_runner.py:951-955``); then ``execute_model``'s own statement that copies them
+        into that buffer, which raises where this stage pads beyond the rows received."""
+        import torch
+
+        if self.runner.is_first_pp_rank:
+            return
+        n = input_batch.num_tokens_after_padding
+        received = pp_utils.receive() if serving else self.runner.intermediate_tensors[:n]
+        try:
+            with torch.inference_mode():
+                self.session.blocks.pp_inputs(self.runner, model_inputs=model_inputs, intermediate_tensors=received,
+                                              input_batch=input_batch, dummy_run=not serving)
+        except Exception as exc:
+            self.step.pop("stage", None)
             raise Halt(errors.normalise(exc)) from exc
 
 
