@@ -394,7 +394,7 @@ def classes_from(occurrences: dict[Signature, list[Occurrence]], make_trace, aff
         groups = [({k: frozenset({v}) for k, v in d}, o) for d, o in minimal]
         for settings, o in _merge(groups):
             ordered = tuple(Setting(k, tuple(sorted(settings[k]))) for k in sorted(settings, key=_order))
-            share = affected(o, sig) if affected is not None and severity(sig) is Severity.EAGER_FALLBACK else None
+            share = affected(o, sig) if affected is not None and sig.property == "P1" and sig.what == NO_CAPTURER else None
             out.append(ViolationClass(sig, ordered, make_trace(o, sig), o.step, o.message, share))
     return sorted(out, key=lambda c: (c.severity.rank, c.signature, c.length, c.settings))
 

@@ -104,7 +104,7 @@ class Dispatch:
 
 @dataclass(frozen=True)
 class RankServed:
-    """One data-parallel rank's side of a step: the runtime mode and token count
+    """One data-parallel rank's (or pipeline stage's) side of a step: the runtime mode and token count
     ``dispatch_cg_and_sync_dp`` gave it; where a trace runs, the batch it brought (``[num_reqs,
     num_tokens, uniform_token_count]``; an idle rank's is vLLM's dummy batch) and whether it needed
     eager (``need_eager``); or the first line of what its code raised (``raised``: ``no answer``
