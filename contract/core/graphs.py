@@ -163,12 +163,13 @@ def affected_by_kind(records: list[StepRecord], scenario: Scenario, runner, sig)
 
     out: dict[str, tuple[int, int]] = {}
     for r in records:
-        shown = {v.dispatch for v in check(r, scenario, runner) if v.dispatch is not None and signature(v, r) == sig}
+        # a violation of the whole step (P9's: no dispatch named) shows on each of the step's dispatches
+        shown = {v.dispatch for v in check(r, scenario, runner) if signature(v, r) == sig}
         for i, d in enumerate(r.dispatches):
             kind = dispatch_kind(r.event, d)
             if kind is not None:
                 hit, total = out.get(kind, (0, 0))
-                out[kind] = (hit + (i in shown), total + 1)
+                out[kind] = (hit + (i in shown or None in shown), total + 1)
     return out
 
 
