@@ -22,7 +22,7 @@ from contract.core.observation import (
     LayerKind,
     StepRecord,
 )
-from contract.core.scenario import Runner, Scenario
+from contract.core.scenario import DrafterKind, Runner, Scenario
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,19 @@ def layers_support(scenario: Scenario, role: str) -> AttentionCGSupport:
     if role == "target" and scenario.attention_support_draft_only:
         return AttentionCGSupport.ALWAYS
     return scenario.stage_support(0)
+
+
+def attention_roles(scenario: Scenario) -> tuple[str, ...]:
+    """The roles whose layers hold attention groups: the target's, and a drafter's with a model."""
+    return ("target", "drafter") if scenario.drafter is DrafterKind.WITH_MODEL else ("target",)
+
+
+def resolved_support(scenario: Scenario, reads_draft_layers: bool = True) -> AttentionCGSupport:
+    """The support resolve reads: the minimum over every attention group, the draft model's
+    included (``get_attn_cg_support``, ``34:v1/worker/gpu/attn_utils.py:322-347``;
+    ``_check_and_update_cudagraph_mode``, ``33:v1/worker/gpu_model_runner.py:6771-6785``); the
+    target's layers alone where a policy reads no draft group."""
+    return scenario.stage_support(0) if reads_draft_layers else layers_support(scenario, "target")
 
 
 def served_batch(desc) -> tuple[str, int | None]:

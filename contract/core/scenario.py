@@ -102,12 +102,15 @@ class Scenario:
     # (the widest query any forward builds; ``34:v1/attention/backend.py:565-583,629-650``), so a
     # FULL graph of decode batches of 1..q tokens per request is theirs to replay. No
     # UNIFORM_SINGLE_TOKEN_DECODE builder declares one (``34:…/backends/flashinfer.py:1257-1279``),
-    # so the setting needs UNIFORM_BATCH. ``attention_support_draft_only``: the backend with the
-    # minimum ``attention_support`` serves the draft model's layers only (a separate draft backend,
-    # ``speculative_config.attention_backend``, ``34:config/speculative.py:503``); the target's
-    # layers are ALWAYS. Resolve reads the minimum over every group, draft layers included
-    # (``34:v1/worker/gpu/attn_utils.py:322-347``); adaptive verification's check reads the target's
-    # layers only (``target_attn_layer_names``, ``34:v1/worker/gpu/model_runner.py:711-718``).
+    # so the setting needs UNIFORM_BATCH. ``attention_support_draft_only`` (a drafter with a model,
+    # both runners): the backend with the minimum ``attention_support`` serves the draft model's
+    # layers only (a separate draft backend, ``speculative_config.attention_backend``,
+    # ``34:config/speculative.py:503``, ``33:v1/spec_decode/llm_base_proposer.py:1288``); the
+    # target's layers are ALWAYS. Resolve reads the minimum over every group, draft layers included
+    # (``get_attn_cg_support``, ``34:v1/worker/gpu/attn_utils.py:322-347``; MRV1's
+    # ``_check_and_update_cudagraph_mode``, ``33:v1/worker/gpu_model_runner.py:6771-6785``);
+    # adaptive verification's check reads the target's layers only (``target_attn_layer_names``,
+    # ``34:v1/worker/gpu/model_runner.py:711-718``).
     varlen_decode_bound: bool = False
     attention_support_draft_only: bool = False
     # --data-parallel-size: the ranks every serving step runs on together (MRV2; 1 to
@@ -146,10 +149,9 @@ class Scenario:
             return ("varlen_decode_bound describes UNIFORM_BATCH backends under adaptive verification (no other "
                     "builder declares a bound)")
         if self.attention_support_draft_only and not (
-                self.adaptive_verification and self.drafter is DrafterKind.WITH_MODEL
-                and self.attention_support is not AttentionCGSupport.ALWAYS):
-            return ("attention_support_draft_only describes a weaker draft backend under adaptive verification "
-                    "(a drafter with a model, attention_support below ALWAYS)")
+                self.drafter is DrafterKind.WITH_MODEL and self.attention_support is not AttentionCGSupport.ALWAYS):
+            return ("attention_support_draft_only describes a weaker draft backend (a drafter with a model, "
+                    "attention_support below ALWAYS)")
         if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL_SIZE:
             return f"the modelled data_parallel_size is 1 to {MAX_DATA_PARALLEL_SIZE}"
         if self.data_parallel_size > 1 and self.runner is Runner.MRV1 and (has_spec or self.ubatching):
@@ -232,7 +234,8 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 RUNNER_SCOPE = {
     # MRV1 has one proposer class and compiles every decorated model alike.
     Runner.MRV1: {"max_uniform_decode_query_len": 3,
-                  "unmodelled": tuple(f for f in OPTIONAL_FIELDS if f != "data_parallel_size")},
+                  "unmodelled": tuple(f for f in OPTIONAL_FIELDS
+                                      if f not in ("data_parallel_size", "attention_support_draft_only"))},
     # MRV2's micro-batch runner exists only with DP > 1 and holds FULL graphs only
     # (``33:v1/worker/gpu/ubatch_utils.py:545-559``).
     Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ("ubatching",)},
@@ -335,12 +338,14 @@ def all_scenarios(runner: Runner = Runner.MRV1) -> list[Scenario]:
         (False, True),
         (1, 2, 3),
     ):
-        fields = dict(runner=runner, breakable=breakable, ubatching=ubatching, cudagraph_mode=mode,
-                      compilation_mode=compilation_mode, splitting_ops=splitting_ops, drafter=drafter,
-                      attention_support=support, spec_enforce_eager=eager, uniform_decode_query_len=q)
-        probe = object.__new__(Scenario)
-        for k, v in {**_DEFAULTS, **fields}.items():
-            object.__setattr__(probe, k, v)
-        if probe.problem() is None:
-            out.append(Scenario(**fields))
+        for draft_only in (False, True):
+            fields = dict(runner=runner, breakable=breakable, ubatching=ubatching, cudagraph_mode=mode,
+                          compilation_mode=compilation_mode, splitting_ops=splitting_ops, drafter=drafter,
+                          attention_support=support, spec_enforce_eager=eager, uniform_decode_query_len=q,
+                          attention_support_draft_only=draft_only)
+            probe = object.__new__(Scenario)
+            for k, v in {**_DEFAULTS, **fields}.items():
+                object.__setattr__(probe, k, v)
+            if probe.problem() is None:
+                out.append(Scenario(**fields))
     return out

@@ -310,9 +310,46 @@ def committed() -> dict[str, ReleaseFacts]:
     return out
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "properties.md"
+DOCS_BEGIN = "<!-- attention support table: python -m contract.evidence.release_facts docs -->"
+DOCS_END = "<!-- end of the attention support table -->"
+
+
+def support_table(facts: dict[str, ReleaseFacts]) -> str:
+    """Per release, each backend's ``AttentionCGSupport`` for the target's layers and the draft
+    model's, with the line that decides it. The same builder answers for both roles (each calls
+    ``get_cudagraph_support(vllm_config, kv_cache_spec)`` with the one ``vllm_config``); a role
+    differs by which backend serves it: ``--attention-backend`` the target's layers,
+    ``speculative_config.attention_backend`` the draft model's."""
+    out = []
+    for release in sorted(facts, key=lambda r: tuple(int(x) for x in r.split("."))):
+        out += ["", f"<details><summary>vLLM {release}: {len(facts[release].attention_backends)} backends</summary>", "",
+                "| backend | target | drafter | decided by | line |", "|---|---|---|---|---|"]
+        for b in facts[release].attention_backends:
+            levels = " or ".join(f"`{level}`" for level in b.support) or "decided at run time"
+            condition = b.condition.replace("|", "\\|") or "fixed"
+            out.append(f"| `{b.backend}` | {levels} | {levels} | {condition} | `{b.where}` |")
+        out += ["", "</details>"]
+    return "\n".join([DOCS_BEGIN, *out, "", DOCS_END])
+
+
+def docs_with_table(text: str, facts: dict[str, ReleaseFacts]) -> str:
+    """``docs/properties.md`` with its attention support table regenerated from ``facts``."""
+    if text.count(DOCS_BEGIN) != 1 or text.count(DOCS_END) != 1:
+        raise ValueError(f"{DOCS} must hold the attention support table's markers once each")
+    head, rest = text.split(DOCS_BEGIN)
+    return head + support_table(facts) + rest.split(DOCS_END, 1)[1]
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["docs"]:
+        from contract.core.output import write_atomic
+
+        write_atomic(DOCS, docs_with_table(DOCS.read_text(), committed()))
+        return 0
     if len(argv) != 2:
-        print("usage: python -m contract.evidence.release_facts VERSION PATH/TO/site-packages/vllm", file=sys.stderr)
+        print("usage: python -m contract.evidence.release_facts VERSION PATH/TO/site-packages/vllm | docs",
+              file=sys.stderr)
         return 2
     release, root = argv
     try:

@@ -25,7 +25,7 @@ from contract.core.observation import (
     RankServed,
     StepRecord,
 )
-from contract.core.properties import profiled_pairs
+from contract.core.properties import profiled_pairs, resolved_support
 from contract.core.policy import Policy
 from contract.core.resolve import ResolveRejected
 from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
@@ -288,7 +288,7 @@ class _Step:
             resolved = p.resolve(
                 st.cudagraph_mode,
                 st.config,
-                s.attention_support,
+                resolved_support(s, p.resolve_reads_draft_layers),
                 s.uniform_decode_query_len,
                 False,
                 st.capture_sizes,

@@ -207,6 +207,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "tokens per request under UNIFORM_SINGLE_TOKEN_DECODE (P7)",
            kills=frozenset(['P1', 'P7']),
            build=replacing(resolve=_spec_decode_check_skipped)),
+    Mutant("resolve_ignores_draft_backend", "vllm_0_30", "resolve",
+           "_check_and_update_cudagraph_mode takes the minimum support over the target's backends alone: a "
+           "weaker speculative_config.attention_backend no longer lowers the mode, and the drafter dispatches "
+           "PIECEWISE graphs nothing captures, or captures them when serving",
+           kills=frozenset(['P1', 'P0', 'P4']),
+           build=replacing(resolve_reads_draft_layers=False)),
     Mutant("compile_at_resolve", "vllm_0_30", "compile",
            "inner PIECEWISE wrappers decided at resolve time from the resolved mode instead of at the first "
            "forward from the load-time mode",

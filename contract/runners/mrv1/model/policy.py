@@ -58,6 +58,7 @@ class Policy:
     compile_at_first_forward: bool = True  # spec §5.1: Dynamo compiles at the first forward
     capture_model_closes_window: bool = True  # set_cudagraph_capturing_enabled(False), :6916
     dp_syncs_mode: bool = True  # coordinate_batch_across_dp agrees the minimum mode (dp_utils.py)
+    resolve_reads_draft_layers: bool = True  # the minimum support over the drafter's backends too
 
     @property
     def engine(self) -> Engine:

@@ -61,7 +61,7 @@ def scenarios(draw) -> Scenario:
     drafter = draw(_DRAFTER)
     has_spec = drafter is not DrafterKind.NONE
     breakable, ubatching = draw(_BOOL), draw(_RARE)
-    return Scenario(
+    fields = dict(
         runner=Runner.MRV1,
         breakable=breakable,
         ubatching=ubatching,
@@ -75,6 +75,11 @@ def scenarios(draw) -> Scenario:
         # several DP ranks without a drafter or micro-batching (the modelled space), one such lane in five
         data_parallel_size=1 if has_spec or ubatching else draw(_DATA_PARALLEL_SIZE),
     )
+    # a weaker draft-only backend, where one applies, one draw in two (drawn last: the other fields'
+    # draws, and what the ci profile finds with them, stay as they were)
+    draft_only = (drafter is DrafterKind.WITH_MODEL and fields["attention_support"] is not AttentionCGSupport.ALWAYS
+                  and draw(_BOOL))
+    return Scenario(**fields, attention_support_draft_only=draft_only)
 
 
 def behaviour_key(scenario: Scenario, revision: ConfigRevision) -> tuple:
@@ -86,7 +91,7 @@ def behaviour_key(scenario: Scenario, revision: ConfigRevision) -> tuple:
         config = str(exc)
     return (scenario.runner, scenario.breakable, scenario.ubatching, config, scenario.drafter,
             scenario.attention_support, scenario.spec_enforce_eager, scenario.uniform_decode_query_len,
-            scenario.data_parallel_size)
+            scenario.data_parallel_size, scenario.attention_support_draft_only)
 
 
 def canonical_scenarios_of(revision: ConfigRevision = ConfigRevision.V0_30) -> list[Scenario]:

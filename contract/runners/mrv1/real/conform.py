@@ -15,7 +15,7 @@ from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
 from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
-from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, DrafterKind, Runner, Scenario, SplittingOps
+from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, DrafterKind, Runner, Scenario, SplittingOps, all_scenarios
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
@@ -25,7 +25,9 @@ from contract.runners.mrv1.real import sizes
 
 def scenarios() -> Iterator[Scenario]:
     """Every MRV1 scenario, in a fixed order; then the model space's on two data-parallel ranks
-    (each trace one process per rank, ``contract/real/ranks.py``), and vLLM's defaults on 3 and 4."""
+    (each trace one process per rank, ``contract/real/ranks.py``), and vLLM's defaults on 3 and 4;
+    then a weaker draft-only backend (``attention_support_draft_only``) under every mode, compilation,
+    splitting and breakable setting."""
     fields = itertools.product(
         (False, True), (False, True), CUDAGraphMode, CompilationMode, SplittingOps, AttentionCGSupport,
     )
@@ -42,6 +44,9 @@ def scenarios() -> Iterator[Scenario]:
                     )
     yield from on_two_ranks()
     yield from (Scenario(runner=Runner.MRV1, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1))
+    # the draft model's layers on the weaker backend, the target's on an ALWAYS one
+    yield from (s for s in all_scenarios(Runner.MRV1) if s.attention_support_draft_only and not s.ubatching
+                and not s.spec_enforce_eager and s.uniform_decode_query_len == corpus_mod.SPEC_QUERY_LENS[0])
 
 
 def generated(policy: Policy) -> Iterator[Trace]:

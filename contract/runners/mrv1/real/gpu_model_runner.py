@@ -108,9 +108,10 @@ def _init_minimal_kv_cache_for_profiling(self) -> None:
 def initialize_attn_backend(self, is_profiling: bool = False) -> None:
     """What ``initialize_attn_backend`` passes to ``_check_and_update_cudagraph_mode``
     (``:7131-7135`` in 0.30.0): the backends per KV-cache group, here one group holding the
-    scenario's backend; ``kv_cache_spec`` is read only for Mamba layers."""
+    target's backend and the draft model's (the proposer's layers join the target's KV-cache
+    groups); ``kv_cache_spec`` is read only for Mamba layers."""
     self._check_and_update_cudagraph_mode(
-        [{self.attention_backend}], [types.SimpleNamespace(kv_cache_spec=None)], is_profiling=is_profiling
+        [set(self.attention_backends)], [types.SimpleNamespace(kv_cache_spec=None)], is_profiling=is_profiling
     )
 
 
@@ -132,7 +133,7 @@ STAND_INS = {
 }
 
 
-def build(cls, vllm_config, *, device, dispatcher, attention_backend, max_num_tokens: int):
+def build(cls, vllm_config, *, device, dispatcher, attention_backends, max_num_tokens: int):
     """A stand-in runner with what ``GPUModelRunner.__init__`` sets that the orchestration reads
     (``gpu_model_runner.py:551-910`` in 0.30.0)."""
     import numpy as np
@@ -187,6 +188,6 @@ def build(cls, vllm_config, *, device, dispatcher, attention_backend, max_num_to
             num_computed_tokens_cpu=np.zeros(max_num_reqs, dtype=np.int32), lora_id_to_lora_request={},
             block_table=types.SimpleNamespace(commit_block_table=lambda num_reqs: None, block_tables=[]),
         ),
-        attention_backend=attention_backend,
+        attention_backends=attention_backends,
     )
     return runner

@@ -32,6 +32,7 @@ from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, P
 from contract.runners.mrv1.model.gpu_model_runner import PROFILE_NUM_TOKENS
 from contract.core.modes import CUDAGraphMode
 from contract.core.observation import RankServed
+from contract.core.properties import attention_roles, layers_support
 from contract.core.scenario import DrafterKind, Scenario
 
 # The vLLM modules whose code the replay runs, imported (in this order) before the platform is
@@ -196,7 +197,8 @@ class RealRun:
             runner = stand_in.build(
                 session.runner_class, vllm_config, device=device_,
                 dispatcher=CudagraphDispatcher(vllm_config), max_num_tokens=PROFILE_NUM_TOKENS,
-                attention_backend=session.attention_backend(scenario.attention_support.name),
+                attention_backends=[session.attention_backend(layers_support(scenario, role).name)
+                                    for role in attention_roles(scenario)],
             )
             if scenario.drafter is DrafterKind.WITH_MODEL:
                 # An EagleProposer holding what the cudagraph path reads of it

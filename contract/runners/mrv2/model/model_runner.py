@@ -44,7 +44,7 @@ from contract.core.observation import (
     RankServed,
     StepRecord,
 )
-from contract.core.properties import profiled_pairs
+from contract.core.properties import profiled_pairs, resolved_support
 from contract.core.resolve import ResolveRejected
 from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
 
@@ -312,7 +312,8 @@ class _Step:
             if mode != st.cudagraph_mode:
                 self.changes.append(f"adaptive verification: cudagraph_mode {st.cudagraph_mode.name} -> {mode.name}")
         try:
-            resolved = p.resolve(mode, st.config, s.stage_support(0), s.uniform_decode_query_len, True,
+            resolved = p.resolve(mode, st.config, resolved_support(s, p.resolve_reads_draft_layers),
+                                 s.uniform_decode_query_len, True,
                                  st.config.cudagraph_capture_sizes, available)
         except ResolveRejected as exc:
             self.set(f"resolve rejected: {exc}", halted=f"resolve rejected: {exc}")

@@ -143,6 +143,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "decode batch loses its FULL decode graph",
            kills=frozenset(['P9']),
            build=replacing(dp_dummy_batch_aligned=False)),
+    Mutant("mrv2_resolve_ignores_draft_layers", "mrv2_0_34", "attention",
+           "init_attn_backend's get_attn_cg_support checks the target's layers alone: a weaker "
+           "speculative_config.attention_backend no longer lowers the mode, and the draft model captures FULL "
+           "graphs its backend cannot replay",
+           kills=frozenset(['P7']),
+           build=replacing(resolve_reads_draft_layers=False)),
     Mutant("mrv2_pp_first_stage_eager", "mrv2_0_34", "stages",
            "the first pipeline stage runs every step eagerly for a reason of its own (as if its multimodal "
            "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "

@@ -104,6 +104,7 @@ class Mrv2Policy:
     dp_votes_need_eager: bool = True  # a rank that needs eager dispatches NONE before the agreement
     dp_dummy_batch_aligned: bool = True  # an idle rank's dummy batch is one request of q tokens
     pp_need_eager_stage: int | None = None  # a pipeline stage that runs eagerly on its own (mutants only)
+    resolve_reads_draft_layers: bool = True  # get_attn_cg_support over the draft model's groups too
 
     @property
     def engine(self) -> Engine:

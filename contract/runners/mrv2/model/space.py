@@ -73,6 +73,10 @@ def all_scenarios() -> list[Scenario]:
                       attention_support=support, uniform_decode_query_len=q, model_compiled=mc,
                       adaptive_verification=av, extensible_kv_cache=ext)
         for bound, draft_only in adaptive_attention(av, drafter, support):
+            # without adaptive verification a draft-only backend changes no step, only how P7 judges each
+            # role: once per mode, compilation, splitting, support and query length, the rest at defaults
+            if draft_only and not av and (spec, dc, mc, ext) != (Speculator.EAGLE, True, True, True):
+                continue
             try:
                 out.append(Scenario(**fields, varlen_decode_bound=bound, attention_support_draft_only=draft_only))
             except ValueError:
@@ -108,14 +112,12 @@ PP_SIZE = 2  # the explorer's; Hypothesis draws up to MAX_PIPELINE_PARALLEL_SIZE
 
 
 def adaptive_attention(adaptive: bool, drafter: DrafterKind, support: AttentionCGSupport) -> list[tuple[bool, bool]]:
-    """(varlen_decode_bound, attention_support_draft_only) pairs a scenario can take: both off, and
-    under adaptive verification a declared varlen bound (UNIFORM_BATCH) and a weaker draft-only
-    backend (a drafter with a model, support below ALWAYS)."""
+    """(varlen_decode_bound, attention_support_draft_only) pairs a scenario can take: both off, a
+    weaker draft-only backend (a drafter with a model, support below ALWAYS), and under adaptive
+    verification a declared varlen bound (UNIFORM_BATCH)."""
     out = [(False, False)]
-    if not adaptive:
-        return out
     draft_only = drafter is DrafterKind.WITH_MODEL and support is not AttentionCGSupport.ALWAYS
-    bound = support is AttentionCGSupport.UNIFORM_BATCH
+    bound = adaptive and support is AttentionCGSupport.UNIFORM_BATCH
     out += [(True, False)] if bound else []
     out += [(False, True)] if draft_only else []
     out += [(True, True)] if bound and draft_only else []
@@ -148,8 +150,8 @@ _DATA_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_DATA_PARALL
 # one lane without a drafter on one DP rank in three
 _PIPELINE_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)))
 _WEAK_STAGE = {pp: hst.sampled_from((None, *range(pp))) for pp in range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)}
-# Only the pairs that apply are drawn, a weaker draft-only backend most often: they exist only under
-# adaptive verification, so a field-by-field draw would rarely reach them.
+# Only the pairs that apply are drawn, a weaker draft-only backend most often: a field-by-field draw
+# would rarely reach them.
 _ADAPTIVE_PAIRS = {
     (adaptive, drafter, support): hst.sampled_from(pairs + [p for p in pairs if p[1]])
     for adaptive in (False, True) for drafter in DrafterKind for support in AttentionCGSupport

@@ -36,10 +36,10 @@ TARGET_LAYER = "model.layers.0.self_attn.attn"
 DRAFT_LAYER = "drafter.layers.0.self_attn.attn"
 
 
-def _group(scenario: Scenario, role: str, layer: str, vllm_config):
+def _group(scenario: Scenario, role: str, layer: str, vllm_config, stage: int = 0):
     from vllm.v1.attention.backend import AttentionCGSupport, max_decode_query_len
 
-    support: ModelSupport = layers_support(scenario, role)
+    support: ModelSupport = scenario.stage_support(stage) if stage else layers_support(scenario, role)
     bound = max_decode_query_len(vllm_config) if scenario.varlen_decode_bound else None
 
     class Builder:
@@ -53,13 +53,16 @@ def _group(scenario: Scenario, role: str, layer: str, vllm_config):
 
     backend = type(f"SIM_ATTN_{support.name}", (), {
         "supports_device_cpu_query_lens_mismatch": staticmethod(lambda: True)})
-    return types.SimpleNamespace(backend=backend, layer_names=[layer], kv_cache_spec=None,
+    # create_metadata_builders builds no builder here: get_metadata_builder hands out the class
+    return types.SimpleNamespace(backend=backend, layer_names=[layer], kv_cache_spec=None, metadata_builders=[],
+                                 create_metadata_builders=lambda **kwargs: None,
                                  get_metadata_builder=lambda ubatch_id=0: Builder())
 
 
-def groups(scenario: Scenario, vllm_config, with_draft: bool) -> list[list]:
-    """``attn_groups``: the target's group, and the draft model's when there is one."""
-    out = [[_group(scenario, "target", TARGET_LAYER, vllm_config)]]
+def groups(scenario: Scenario, vllm_config, with_draft: bool, stage: int = 0) -> list[list]:
+    """``attn_groups``: the target's group (a pipeline stage's, whose layers hold
+    ``stage_support(stage)``), and the draft model's when there is one."""
+    out = [[_group(scenario, "target", TARGET_LAYER, vllm_config, stage)]]
     if with_draft:
         out.append([_group(scenario, "drafter", DRAFT_LAYER, vllm_config)])
     return out

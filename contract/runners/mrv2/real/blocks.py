@@ -38,7 +38,13 @@ class Block:
         return self.function(runner, **local_values)
 
 
-def _method(tree: ast.Module, path: str, cls: str, method: str) -> ast.FunctionDef:
+def _method(tree: ast.Module, path: str, cls: str | None, method: str) -> ast.FunctionDef:
+    """``cls.method``, or the module's function ``method`` where ``cls`` is None."""
+    if cls is None:
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == method:
+                return node
+        raise BlockNotFound(f"{path}: no function {method}")
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for item in node.body:
@@ -56,7 +62,7 @@ def _index(body: list[ast.stmt], path: str, method: str, starts: str, contains: 
     raise BlockNotFound(f"{path}: {method} has no statement starting {starts!r}")
 
 
-def _statements(path: str, cls: str, method: str, ranges: list[tuple[str, str | None]],
+def _statements(path: str, cls: str | None, method: str, ranges: list[tuple[str, str | None]],
                 contains: str) -> list[ast.stmt]:
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
     body = _method(tree, path, cls, method).body
@@ -72,10 +78,11 @@ def _dump(statements: list[ast.stmt]) -> str:
     return ast.dump(ast.Module(body=statements, type_ignores=[]))
 
 
-def cut(module, cls: str, method: str, ranges: list[tuple[str, str | None]], args: tuple[str, ...],
+def cut(module, cls: str | None, method: str, ranges: list[tuple[str, str | None]], args: tuple[str, ...],
         contains: str = "") -> Block:
-    """The statements of ``cls.method`` in the module's file from each range's first statement to
-    its last (``None``: the first alone), as ``f(self, *args) -> locals()``. From a tree's module
+    """The statements of ``cls.method`` (of the function ``method`` where ``cls`` is None) in the
+    module's file from each range's first statement to its last (``None``: the first alone), as
+    ``f(self, *args) -> locals()``. From a tree's module
     whose method a branch changed, and where these statements are not the release's, the block
     records the method as run (``contract/real/overlay.py``)."""
     path = module.__file__
@@ -87,7 +94,8 @@ def cut(module, cls: str, method: str, ranges: list[tuple[str, str | None]], arg
         except (OSError, SyntaxError, BlockNotFound):
             return True
 
-    mark = overlay.marks(module, f"{cls}.{method}", differ)
+    qualname = method if cls is None else f"{cls}.{method}"
+    mark = overlay.marks(module, qualname, differ)
     returns = ast.Return(value=ast.Call(func=ast.Name("locals", ast.Load()), args=[], keywords=[]))
     function = ast.FunctionDef(
         name=f"{method}_block",
@@ -103,5 +111,5 @@ def cut(module, cls: str, method: str, ranges: list[tuple[str, str | None]], arg
     local: dict = {}
     exec(compile(tree, path, "exec"), namespace, local)
     digest = hashlib.sha256(_dump(statements).encode()).hexdigest()
-    return Block(path, f"{cls}.{method}", statements[0].lineno,
+    return Block(path, qualname, statements[0].lineno,
                  statements[-1].end_lineno or statements[-1].lineno, digest, local[function.name])

@@ -47,8 +47,8 @@ NOT_REPLAYED_RANKS_ON_CUDA = "not replayed (several data-parallel ranks or pipel
 def scenarios(policy: Policy) -> Iterator:
     """MRV2 scenarios, each with a compiled-class model and with an undecorated one
     (``model_compiled``); with a replayed speculator, each with a compiled and an uncompiled draft
-    class (``draft_compiled``, lead L2) and with and without adaptive verification (with it, each
-    declared varlen bound and weaker draft-only backend that applies); under a release
+    class (``draft_compiled``, lead L2), with a weaker draft-only backend where one applies, and with
+    and without adaptive verification (with it, each declared varlen bound); under a release
     whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
     ``profile_cudagraph_memory`` captures. Under ``spec_enforce_eager``, the model space's scenarios
     of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults), and
@@ -61,10 +61,11 @@ def scenarios(policy: Policy) -> Iterator:
             if s.drafter is DrafterKind.NONE:
                 yield s
                 yield replace(s, model_compiled=False)
-            elif s.drafter is DrafterKind.WITH_MODEL and not s.spec_enforce_eager:
+            elif (s.drafter is DrafterKind.WITH_MODEL and not s.spec_enforce_eager
+                  and not s.attention_support_draft_only):  # the loop below sets it
                 for speculator in sorted(REPLAYED_SPECULATORS, key=lambda v: v.name):
                     for draft_compiled, adaptive in ((True, False), (False, False), (True, True)):
-                        # under adaptive verification, each varlen bound and draft-only backend too
+                        # each draft-only backend, and under adaptive verification each varlen bound
                         for bound, draft_only in adaptive_attention(adaptive, s.drafter, s.attention_support):
                             try:
                                 yield replace(s, speculator=speculator, draft_compiled=draft_compiled,

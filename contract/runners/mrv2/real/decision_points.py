@@ -44,6 +44,8 @@ _MODEL_RUNNER_GLOBALS = ("has_compiled_submodule", "maybe_create_adaptive_verifi
 _CUDAGRAPH_UTILS_GLOBALS = ("set_forward_context", "graph_capture")
 # model_runner.Blocks field -> its decision point
 BLOCKS = {
+    "attn_cg_support": "init_attn_backend (metadata builders and support)",
+    "narrow": "GPUModelRunner.initialize_kv_cache (support narrowing)",
     "adaptive_verification": "GPUModelRunner.initialize_kv_cache (adaptive verification block)",
     "initialize_kv_cache": "GPUModelRunner.initialize_kv_cache (mode block)",
     "init_speculator_cudagraph_manager": "GPUModelRunner.initialize_kv_cache (speculator block)",

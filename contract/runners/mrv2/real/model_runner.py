@@ -1,6 +1,10 @@
 """Beside ``v1/worker/gpu/model_runner.py``: its mode- and capturer-deciding code, run unchanged.
 
-- ``initialize_kv_cache``: the statements that name the target's attention layers and create the
+- ``init_attn_backend`` (``v1/worker/gpu/attn_utils.py``): from its metadata-builder phase to
+  ``get_attn_cg_support`` over the groups (``33:…/attn_utils.py:286-310``, ``34:…:294-318``), the
+  minimum support over every group, the draft model's included; the groups are ``attention.py``'s;
+- ``initialize_kv_cache``: the narrowing by the model state's own groups (``33:…:699-700``,
+  ``34:…:734-735``); the statements that name the target's attention layers and create the
   adaptive verification manager, whose check refuses backends that cannot replay varlen decode
   batches (``33:…:676-717``, ``34:…:711-752``; the groups are ``attention.py``'s stand-ins); the
   statements from ``piecewise_capture_available = …`` to the
@@ -32,6 +36,7 @@ connector, no expert load balancer.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import types
 from dataclasses import dataclass
 
@@ -44,6 +49,8 @@ RUNNER = "GPUModelRunner"
 
 @dataclass(frozen=True)
 class Blocks:
+    attn_cg_support: Block
+    narrow: Block
     adaptive_verification: Block
     initialize_kv_cache: Block
     init_speculator_cudagraph_manager: Block
@@ -61,7 +68,20 @@ class Blocks:
 
 
 def load(module) -> Blocks:
+    attn_utils = importlib.import_module(module.init_attn_backend.__module__)
     return Blocks(
+        attn_cg_support=cut(
+            attn_utils, None, "init_attn_backend",
+            [("attn_backend_workspace", "attn_cg_support_info = get_attn_cg_support(")],
+            ("attn_groups", "kernel_block_sizes", "kv_cache_config", "vllm_config", "device", "active_layer_names",
+             "draft_layer_names"),
+        ),
+        narrow=cut(
+            module, RUNNER, "initialize_kv_cache",
+            [("additional_attn_cg_support = self.model_state.get_additional_cg_support()",
+              "attn_cg_support = attn_cg_support.narrow(")],
+            ("attn_cg_support",),
+        ),
         adaptive_verification=cut(
             module, RUNNER, "initialize_kv_cache",
             [("target_attn_layer_names = None", "if isinstance(self.speculator, DraftModelSpeculator):"),

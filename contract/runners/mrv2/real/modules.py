@@ -14,6 +14,7 @@ MODULES = (
     "vllm.compilation.decorators",
     "vllm.model_executor.offloader.base",
     "vllm.v1.attention.backend",
+    "vllm.v1.worker.gpu.attn_utils",
     "vllm.v1.worker.gpu.cudagraph_utils",
     "vllm.v1.worker.gpu.dp_utils",
     "vllm.v1.worker.gpu.model_runner",

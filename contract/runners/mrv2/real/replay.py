@@ -467,12 +467,8 @@ class RealRun:
     def initialize_kv_cache(self, kv_cache_config=None, is_profiling: bool = False) -> None:
         """``initialize_kv_cache``'s block: adaptive verification, resolve, ``ModelCudaGraphManager``,
         then the speculator's managers. The KV-cache config stands in for the one vLLM builds."""
-        from vllm.v1.attention.backend import AttentionCGSupport
-
-        support = self.scenario.stage_support(self.stage).name
-        attn_cg_support = types.SimpleNamespace(min_cg_support=AttentionCGSupport[support],
-                                                min_cg_attn_backend=f"SIM_ATTN_{support}")
         self.runner.kv_cache_config = model_runner.kv_cache_config()
+        attn_cg_support = self.attn_cg_support()
         try:
             self.adaptive_verification_check()
             out = self.session.blocks.initialize_kv_cache(self.runner, attn_cg_support=attn_cg_support,
@@ -484,6 +480,18 @@ class RealRun:
         if self.speculator is not None:
             for which, manager in self.speculator.managers_built():
                 self.recorder.manager(manager, "drafter", f"drafter:{MANAGER}({which})")
+
+    def attn_cg_support(self):
+        """``init_attn_backend``'s support over ``attention.py``'s groups (the draft model's
+        included), then ``initialize_kv_cache``'s narrowing by the model state's own groups."""
+        with_draft = self.speculator is not None
+        blocks = self.session.blocks
+        found = blocks.attn_cg_support(
+            None, attn_groups=attention.groups(self.scenario, self.vllm_config, with_draft, self.stage),
+            kernel_block_sizes=[], kv_cache_config=attention.kv_cache_config(with_draft), vllm_config=self.vllm_config,
+            device=self.runner.device, active_layer_names=None,
+            draft_layer_names={attention.DRAFT_LAYER} if with_draft else None)
+        return blocks.narrow(self.runner, attn_cg_support=found["attn_cg_support_info"])["attn_cg_support"]
 
     def adaptive_verification_check(self) -> None:
         """``initialize_kv_cache``'s adaptive verification block, vLLM's own: the target's layer names
