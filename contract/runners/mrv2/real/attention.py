@@ -1,5 +1,6 @@
 """Beside ``v1/worker/gpu/attn_utils.py`` and ``spec_decode/adaptive_verification.py``: the attention
-groups adaptive verification's start-up check reads, and the manager's stand-in state.
+groups ``get_attn_cg_support`` takes the minimum over and adaptive verification's start-up check
+reads, and the manager's stand-in state.
 
 vLLM's own: ``maybe_create_adaptive_verification_manager`` and the checks it calls
 (``get_query_lens_mismatch_unsupported_backend``, ``get_varlen_cudagraph_unsupported_backend``,
