@@ -27,6 +27,7 @@ from contract.core.scenario import (
     Runner,
     Scenario,
     SplittingOps,
+    Speculator,
     all_scenarios,
 )
 from contract.core.sizes import grid
@@ -67,6 +68,9 @@ def scenarios(policy: Policy) -> Iterator:
                     for draft_compiled, adaptive in ((True, False), (False, False), (True, True)):
                         # each draft-only backend, and under adaptive verification each varlen bound
                         for bound, draft_only in adaptive_attention(adaptive, s.drafter, s.attention_support):
+                            # without adaptive verification a draft-only backend reaches resolve alone: once
+                            if draft_only and not adaptive and (speculator, draft_compiled) != (Speculator.EAGLE, True):
+                                continue
                             try:
                                 yield replace(s, speculator=speculator, draft_compiled=draft_compiled,
                                               adaptive_verification=adaptive, varlen_decode_bound=bound,
