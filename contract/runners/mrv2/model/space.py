@@ -74,8 +74,9 @@ def all_scenarios() -> list[Scenario]:
                       adaptive_verification=av, extensible_kv_cache=ext)
         for bound, draft_only in adaptive_attention(av, drafter, support):
             # without adaptive verification a draft-only backend changes no step, only how P7 judges each
-            # role: once per mode, compilation, splitting, support and query length, the rest at defaults
-            if draft_only and not av and (spec, dc, mc, ext) != (Speculator.EAGLE, True, True, True):
+            # role: once per mode, compilation, splitting and support, the rest at vLLM's defaults
+            if draft_only and not av and (breakable, spec, dc, q, mc, ext) != (False, Speculator.EAGLE, True, 2,
+                                                                               True, True):
                 continue
             try:
                 out.append(Scenario(**fields, varlen_decode_bound=bound, attention_support_draft_only=draft_only))
@@ -150,12 +151,16 @@ _DATA_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_DATA_PARALL
 # one lane without a drafter on one DP rank in three
 _PIPELINE_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)))
 _WEAK_STAGE = {pp: hst.sampled_from((None, *range(pp))) for pp in range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)}
-# Only the pairs that apply are drawn, a weaker draft-only backend most often: a field-by-field draw
-# would rarely reach them.
+# Under adaptive verification only the pairs that apply are drawn, a weaker draft-only backend most
+# often: a field-by-field draw would rarely reach them. Without it, the draft-only backend is drawn
+# last (_draw_scenario), so the other fields' draws stay what they were before it applied there.
 _ADAPTIVE_PAIRS = {
     (adaptive, drafter, support): hst.sampled_from(pairs + [p for p in pairs if p[1]])
     for adaptive in (False, True) for drafter in DrafterKind for support in AttentionCGSupport
-    for pairs in [adaptive_attention(adaptive, drafter, support)]
+    for pairs in [adaptive_attention(adaptive, drafter, support)] if adaptive
+} | {
+    (False, drafter, support): hst.sampled_from(adaptive_attention(False, drafter, support))
+    for drafter in DrafterKind for support in AttentionCGSupport
 }
 
 
@@ -170,7 +175,7 @@ def _draw_scenario(draw) -> Scenario:
     dp = draw(_DATA_PARALLEL_SIZE)
     pp = draw(_PIPELINE_PARALLEL_SIZE) if not has_spec and dp == 1 else 1
     weak_stage = draw(_WEAK_STAGE[pp]) if pp > 1 and support is not AttentionCGSupport.ALWAYS else None
-    return Scenario(
+    fields = dict(
         runner=Runner.MRV2,
         breakable=draw(_BOOL),
         cudagraph_mode=draw(_CUDAGRAPH_MODE),
@@ -191,6 +196,7 @@ def _draw_scenario(draw) -> Scenario:
         pipeline_parallel_size=pp,
         attention_support_stage=weak_stage,
     )
+    return Scenario(**fields)
 
 
 def scenarios():
