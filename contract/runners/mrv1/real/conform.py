@@ -45,8 +45,7 @@ def scenarios() -> Iterator[Scenario]:
     yield from on_two_ranks()
     yield from (Scenario(runner=Runner.MRV1, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1))
     # the draft model's layers on the weaker backend, the target's on an ALWAYS one
-    yield from (s for s in all_scenarios(Runner.MRV1) if s.attention_support_draft_only and not s.ubatching
-                and not s.spec_enforce_eager and s.uniform_decode_query_len == corpus_mod.SPEC_QUERY_LENS[0])
+    yield from (s for s in all_scenarios(Runner.MRV1) if s.attention_support_draft_only)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
