@@ -56,8 +56,8 @@ def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
     assert data["policy"] == policy_for(version, "mrv2")
     assert data["load_model_block"]["runner"] == "MRV2"
     assert set(data["load_model_block"]["blocks"]) == {
-        "attn_cg_support", "narrow", "adaptive_verification", "initialize_kv_cache", "init_speculator_cudagraph_manager", "batch", "dispatch",
-        "prepare_inputs", "pp_inputs", "run_model"}
+        "attn_cg_support", "narrow", "adaptive_verification", "initialize_kv_cache", "init_speculator_cudagraph_manager", "batch",
+        "loras", "dispatch", "prepare_inputs", "pp_inputs", "run_model"}
     assert data["generated_traces"] > 50 and data["steps"] > 800
     steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
     assert not steps, json.dumps(steps, indent=1)[:4000]

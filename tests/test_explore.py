@@ -5,6 +5,7 @@ killed and every equivalent one is not; shortest counterexamples are never longe
 import pytest
 
 from contract.core.expected import FAILS
+from contract.core.modes import AttentionCGSupport
 from contract.core.explore import explore
 from contract.families import MUTANTS, mutant_policy
 from contract.families import BUILT_IN, load_policy
@@ -31,8 +32,17 @@ def test_explorer_kills_exactly_the_killable_mutants(mutant):
     several = {"ranks": lambda s: s.data_parallel_size > 1, "stages": lambda s: s.pipeline_parallel_size > 1}
     scenarios = ([s for s in base.engine.canonical_scenarios(base) if several[mutant.area](s)]
                  if mutant.area in several else None)
-    result = explore(mutant_policy(mutant), base=base, first_only=True, scenarios=scenarios)
+    only = None
+    if "P7" in mutant.kills:
+        # judged on P7 alone (as test_mutants.py's ci run), where P7 can show: a backend below ALWAYS,
+        # or LoRA adapters; in some of those a mutant also stops vLLM where its base does not, a halt
+        # difference a first-only run would report instead
+        only = frozenset({"P7"})
+        scenarios = [s for s in base.engine.canonical_scenarios(base)
+                     if s.attention_support is not AttentionCGSupport.ALWAYS or s.max_loras]
+    result = explore(mutant_policy(mutant), base=base, first_only=only is None, scenarios=scenarios, only=only)
     assert bool(result.counterexamples) == (not mutant.equivalent)
+    assert only is None or "P7" in result.counterexamples, mutant.name
 
 
 def test_depth_bound_is_reported():

@@ -20,8 +20,8 @@ DEMONSTRATED_BY = {"P2": "breakable_acts_on_none", "P5": "entry_key_num_tokens",
                    "P9": "mrv2_dp_sync_skipped", "P10": "mrv2_profiling_wrapper_pools_not_swapped"}
 
 
-def _run(mutant, settings):
-    return run_machine(mutant_policy(mutant), settings, base=load_policy(mutant.base))
+def _run(mutant, settings, only=None):
+    return run_machine(mutant_policy(mutant), settings, only=only, base=load_policy(mutant.base))
 
 
 def test_there_are_enough_mutants():
@@ -31,9 +31,14 @@ def test_there_are_enough_mutants():
 
 @pytest.mark.parametrize("mutant", KILLABLE, ids=lambda m: m.name)
 def test_mutant_is_killed(mutant):
-    found = _run(mutant, CI)
+    """A mutant of a shape rule (P7 among what it kills) is judged on P7 alone: the graph of the wrong
+    shape or LoRA case is what kills it, where a first-finding run could report a halt or P1 the same
+    wrong graph also causes (the explorer's twin: ``test_explore.py``)."""
+    only = frozenset({"P7"}) if "P7" in mutant.kills else None
+    found = _run(mutant, CI, only)
     assert found is not None, f"{mutant.name} survived: {mutant.description}"
-    assert found.violation.property in mutant.kills, found
+    assert found.violation.property in (only or mutant.kills), found
+    assert found.violation.message.startswith("new violation") or only is None, found
 
 
 @pytest.mark.parametrize("mutant", EQUIVALENT, ids=lambda m: m.name)

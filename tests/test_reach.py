@@ -142,7 +142,8 @@ def _observed(plan: reach.Plan) -> dict:
             "splitting_ops_contain_attention": post.splitting_ops_contain_attention, "speculative": spec,
             "extensible_kv_cache": True, "architecture": "Glm4MoeForCausalLM", "attention_backend": plan.backend,
             "attention_support": {c: s.attention_support.name for c in plan.capabilities}, "refused_on": {},
-            "quantization": "fp8" if "--quantization" in plan.extra else None}
+            "quantization": "fp8" if "--quantization" in plan.extra else None,
+            "lora": [s.max_loras, s.specialize_active_lora] if s.max_loras else None}
 
 
 @pytest.mark.parametrize("key, value, line", [
@@ -165,6 +166,7 @@ def _observed(plan: reach.Plan) -> dict:
     ("speculative.speculator", "MultiModuleMTPSpeculator", "speculator: scenario eagle, vLLM multi_module_mtp"),
     ("speculative.draft_architecture", "LlamaForCausalLMEagle3", "draft_compiled: scenario False, vLLM True"),
     ("speculative.method", "ngram", "drafter: scenario WITH_MODEL, vLLM WITHOUT_MODEL"),
+    ("lora", [1, False], "LoRA (max_loras, specialize_active_lora): scenario None, vLLM [1, False]"),
 ])
 def test_compare_reports_each_setting_that_differs(key, value, line):
     plan = reach.reach(MTP_UNCOMPILED, "0.34.0").plan

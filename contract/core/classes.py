@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from contract.core.events import describe_event, event_to_json
 from contract.core.observation import Action, StepRecord
-from contract.core.properties import Violation
+from contract.core.properties import LORA_CASE, Violation
 from contract.core.scenario import DrafterKind, Scenario
 from contract.core.sizes import DIFFERENT_MODES, DIFFERENT_TOKENS, RANK_HUNG
 
@@ -46,6 +46,7 @@ MAX_ID = 180  # characters of a class id, a file name
 STOPS_AT_START_UP = "vLLM stops at start-up"
 STOPS_WHEN_SERVING = "vLLM stops when serving"
 ILLEGAL_SHAPE = "FULL graph of a shape the attention backend cannot replay"
+LORA_CASE_SHORT = "graph captured for fewer LoRA adapters than the batch has"
 UNWANTED_GRAPH = "graph under speculative_config.enforce_eager"
 GRAPH_UNDER_NONE = "graph under cudagraph_mode NONE"
 GRAPH_IN_PROFILE_RUN = "graph in profile_run's eager pass"
@@ -112,7 +113,7 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
     if p == "lost graphs":  # a differential's lost graphs: batches the base served run eagerly
         return Severity.EAGER_FALLBACK
     if p == "P7":
-        return Severity.UNSUPPORTED_SHAPE
+        return Severity.WRONG_RESULT if what == LORA_CASE_SHORT else Severity.UNSUPPORTED_SHAPE
     if p == "P9":
         return Severity.EAGER_FALLBACK if what == DUMMY_UNALIGNED else Severity.HANG
     if p == "P2" or (p == "P5" and what == CROSS_MODE_REPLAY):
@@ -180,7 +181,7 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         replayed_elsewhere = any(a.action is Action.REPLAYED for a in d.acting)
         return d.role, d.runtime_mode.name, CROSS_MODE_REPLAY if replayed_elsewhere else RECAPTURE
     if v.property == "P7":
-        return d.role, d.runtime_mode.name, ILLEGAL_SHAPE
+        return d.role, d.runtime_mode.name, LORA_CASE_SHORT if LORA_CASE in v.message else ILLEGAL_SHAPE
     if v.property == "P8":
         what = (GRAPH_UNDER_NONE if "under cudagraph_mode NONE" in v.message
                 else MODE_NOT_CONFIGURED if "does not name" in v.message

@@ -80,12 +80,15 @@ class Peer:
 @dataclass(frozen=True)
 class ExecuteModel:
     """A target batch: ``_determine_batch_execution_and_padding`` → dispatch → forward. Under data
-    parallelism ``peers`` holds the other ranks' batches of the same step, rank 1 first."""
+    parallelism ``peers`` holds the other ranks' batches of the same step, rank 1 first.
+    ``num_active_loras``: the distinct LoRA adapters its requests ask for (``--enable-lora``), the
+    count ``get_num_active_loras_for_dispatch`` reads (``34:v1/worker/gpu/lora_utils.py:38-48``)."""
 
     num_tokens: int
     uniform_decode: bool = False
     force_eager: bool = False
     peers: tuple[Peer, ...] = ()
+    num_active_loras: int = 0
     kind: ClassVar[str] = "execute_model"
 
 
@@ -114,6 +117,8 @@ def event_to_json(event: Event) -> dict:
         out.update(num_tokens=event.num_tokens, uniform_decode=event.uniform_decode, force_eager=event.force_eager)
         if event.peers:
             out.update(peers=[p.to_json() for p in event.peers])
+        if event.num_active_loras:
+            out.update(num_active_loras=event.num_active_loras)
     elif isinstance(event, Propose):
         out.update(num_tokens=event.num_tokens)
         if event.uniform_decode:
@@ -140,6 +145,11 @@ def event_from_json(data: dict) -> Event:
         if cls is ExecuteModel and "peers" in args:
             allowed.add("peers")
             args["peers"] = _peers_from_json(args["peers"])
+        if cls is ExecuteModel and "num_active_loras" in args:
+            allowed.add("num_active_loras")
+            loras = args["num_active_loras"]
+            if not isinstance(loras, int) or isinstance(loras, bool) or loras < 0:
+                raise ValueError(f"event {name}: num_active_loras must be a non-negative integer")
     else:
         allowed = set()
     extra = set(args) - allowed
@@ -181,6 +191,25 @@ def ranks_problem(events: list[Event], data_parallel_size: int) -> str | None:
     return None
 
 
+def batch_requests(event: ExecuteModel, q: int, max_num_seqs: int) -> int:
+    """The requests of a batch as both runners read an event: ``num_tokens / q`` decodes of ``q``
+    tokens, else as many requests as ``max_num_seqs`` and the tokens allow."""
+    return event.num_tokens // q if event.uniform_decode else min(event.num_tokens, max_num_seqs)
+
+
+def lora_problem(events: list[Event], max_loras: int, q: int, max_num_seqs: int) -> str | None:
+    """Why ``events`` cannot run with ``--max-loras max_loras`` (0: LoRA off): a batch asks for at
+    most ``max_loras`` distinct adapters (the scheduler's bound, ``34:v1/core/sched/scheduler.py:1130-1139``),
+    one per request at most."""
+    for i, event in enumerate(events):
+        if isinstance(event, ExecuteModel) and event.num_active_loras > min(
+                max_loras, batch_requests(event, q, max_num_seqs)):
+            return (f"event {i} (execute_model) asks for {event.num_active_loras} active LoRA adapter(s); "
+                    + ("LoRA is off (max_loras 0)" if not max_loras else
+                       f"at most max_loras ({max_loras}) and one per request"))
+    return None
+
+
 def describe_event(event: Event) -> str:
     if isinstance(event, ExecuteModel):
         flags = [f"num_tokens={event.num_tokens}"]
@@ -190,6 +219,8 @@ def describe_event(event: Event) -> str:
             flags.append("force_eager")
         if event.peers:
             flags.append(f"peers=({', '.join(map(str, event.peers))})")
+        if event.num_active_loras:
+            flags.append(f"num_active_loras={event.num_active_loras}")
         return f"execute_model({', '.join(flags)})"
     if isinstance(event, Propose):
         return f"propose(num_tokens={event.num_tokens}{', uniform_decode' if event.uniform_decode else ''})"

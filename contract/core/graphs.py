@@ -21,10 +21,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contract.core.events import CaptureModel, ExecuteModel, LoadModel, Peer, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.events import (
+    CaptureModel,
+    ExecuteModel,
+    LoadModel,
+    Peer,
+    ProfileCudagraphMemory,
+    ProfileRun,
+    Propose,
+    Resolve,
+    batch_requests,
+)
 from contract.core.modes import NONE
 from contract.core.observation import Action, Dispatch, StepRecord
-from contract.core.scenario import NUM_TOKENS_DOMAIN, DrafterKind, Scenario
+from contract.core.scenario import MAX_NUM_SEQS, NUM_TOKENS_DOMAIN, DrafterKind, Scenario
 
 FORCE_EAGER_AT = 2
 KINDS = ("target mixed", "target uniform decode", "draft prefill", "draft decode")
@@ -34,13 +44,18 @@ ROLE = {"target mixed": "target", "target uniform decode": "target", "draft pref
 
 def script(scenario: Scenario) -> list:
     """The fixed event script: start-up in the worker's order, then every serving batch; on several
-    DP ranks each batch beside the peers of ``peer_sets``."""
+    DP ranks each batch beside the peers of ``peer_sets``; with LoRA each batch also with every
+    count of active adapters it can have."""
     q = scenario.uniform_decode_query_len
     events: list = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
     for n in NUM_TOKENS_DOMAIN:
         for uniform in (False, True) if n % q == 0 else (False,):
             for peers in peer_sets(scenario.data_parallel_size, n):
                 events.append(ExecuteModel(n, uniform, peers=peers))
+            # with LoRA, again for each count of active adapters the batch's requests can ask for
+            requests = batch_requests(ExecuteModel(n, uniform), q, MAX_NUM_SEQS)
+            events += [ExecuteModel(n, uniform, num_active_loras=k)
+                       for k in range(1, min(scenario.max_loras, requests) + 1)]
             if n == FORCE_EAGER_AT:
                 events.append(ExecuteModel(n, uniform, force_eager=True, peers=(Peer(0),) * (scenario.data_parallel_size - 1)))
     if scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1:

@@ -4,16 +4,27 @@ rules, the contract as an ``@invariant`` checked after every step."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
-from contract.core.events import CaptureModel, ExecuteModel, LoadModel, Peer, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.events import (
+    CaptureModel,
+    ExecuteModel,
+    LoadModel,
+    Peer,
+    ProfileCudagraphMemory,
+    ProfileRun,
+    Propose,
+    Resolve,
+    batch_requests,
+)
 from contract.core.policy import Policy
 from contract.core.properties import Violation, check, verdict_difference
 from contract.core.engine import Run
-from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, NUM_TOKENS_DOMAIN, Scenario
+from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, MAX_NUM_SEQS, NUM_TOKENS_DOMAIN, Scenario
 from contract.core.stream import pinned_stream, seed_for
 
 
@@ -102,13 +113,18 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
                 self._apply(event)
 
         @precondition(lambda self: self._can(ExecuteModel(1)))
-        @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN), uniform_decode=st.booleans(), force_eager=st.booleans())
-        def execute_model(self, num_tokens: int, uniform_decode: bool, force_eager: bool) -> None:
+        @rule(num_tokens=st.sampled_from(NUM_TOKENS_DOMAIN), uniform_decode=st.booleans(), force_eager=st.booleans(),
+              data=st.data())
+        def execute_model(self, num_tokens: int, uniform_decode: bool, force_eager: bool, data) -> None:
             # A batch is uniform decode only when num_tokens is a multiple of the runner's query
-            # length; the others take it as a mixed batch.
+            # length; the others take it as a mixed batch. In a runner with LoRA its requests ask
+            # for a drawn number of adapters, drawn only there: a fleet without LoRA draws as before.
             for lane in self.lanes:
-                uniform = uniform_decode and num_tokens % lane.scenario.uniform_decode_query_len == 0
-                event = ExecuteModel(num_tokens, uniform, force_eager)
+                q = lane.scenario.uniform_decode_query_len
+                event = ExecuteModel(num_tokens, uniform_decode and num_tokens % q == 0, force_eager)
+                if lane.scenario.max_loras and lane.run.can(event):
+                    most = min(lane.scenario.max_loras, batch_requests(event, q, MAX_NUM_SEQS))
+                    event = replace(event, num_active_loras=data.draw(st.integers(0, most)))
                 if lane.run.can(event):
                     self._step(lane, event)
 

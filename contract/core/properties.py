@@ -217,6 +217,35 @@ def shape_legality(scenario: Scenario, runner: Runner, d: Dispatch) -> str | Non
             f"({support.name}) cannot replay")
 
 
+def lora_legality(scenario: Scenario, record: StepRecord) -> list[Violation]:
+    """A serving batch of k active LoRA adapters is served only by a graph captured for a LoRA case
+    of at least k (``_build_lora_dispatch_map``: the smallest captured case >= k,
+    ``34:v1/worker/gpu/cudagraph_utils.py:236-260``): a graph captured for fewer adapters, or for
+    none, computes the batch without some of its adapters. The drafter runs none
+    (``34:v1/worker/gpu/spec_decode/eagle/utils.py:92-94``)."""
+    k = getattr(record.event, "num_active_loras", 0)
+    if not k:
+        return []
+    out = []
+    for i, d in enumerate(record.dispatches):
+        if (d.role != "target" or d.context != "execute_model" or d.runtime_mode == NONE
+                or not any(a.action in (Action.CAPTURED, Action.REPLAYED) for a in d.acting)):
+            continue
+        case = getattr(d.batch_descriptor, "num_active_loras", 0)
+        if case < k:
+            out.append(Violation("P7", record.index, f"{_where(d)}: a graph {LORA_CASE} {case} served a batch of "
+                                 f"{k} active LoRA adapter(s)", i))
+    return out
+
+
+LORA_CASE = "captured for the LoRA case"
+_shape_legality = _per_dispatch(shape_legality, "P7")
+
+
+def shape_and_lora_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    return _shape_legality(scenario, runner, record) + lora_legality(scenario, record)
+
+
 def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
     if not isinstance(record.event, LoadModel):
         return []
@@ -392,8 +421,9 @@ PROPERTIES: dict[str, Property] = {
         Property("P7", "shape-legality",
                  "a FULL graph is captured or replayed only for batches the minimum AttentionCGSupport of the "
                  "backends it runs allows (ALWAYS any, UNIFORM_BATCH uniform, UNIFORM_SINGLE_TOKEN_DECODE one token "
-                 "per request, NEVER none); a varlen-decode graph needs ALWAYS or a declared varlen bound",
-                 _per_dispatch(shape_legality, "P7")),
+                 "per request, NEVER none); a varlen-decode graph needs ALWAYS or a declared varlen bound; a "
+                 "batch of k active LoRA adapters is served only by a graph captured for a LoRA case of at least k",
+                 shape_and_lora_legality),
         Property("P8", "graph-coverage",
                  "each batch is served by the strongest graph the documented capture sizes give it, in a mode "
                  "the configuration names (capture sizes: contract/core/sizes.py); over traces, its intent: no graph "

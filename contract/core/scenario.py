@@ -16,6 +16,7 @@ CUDAGRAPH_CAPTURE_SIZES: tuple[int, ...] = (2, 4)
 MAX_NUM_SEQS = 4
 MAX_DATA_PARALLEL_SIZE = 4  # ranks a step runs on: what the explorer and Hypothesis reach
 MAX_PIPELINE_PARALLEL_SIZE = 4  # stages a step runs through
+MAX_LORAS = 3  # --max-loras: 3 is the least whose specialised cases round an active count up (3 -> 4)
 NUM_TOKENS_DOMAIN: tuple[int, ...] = (1, 2, 3, 4, 5)
 
 
@@ -125,6 +126,14 @@ class Scenario:
     # ALWAYS; None: every stage holds it.
     pipeline_parallel_size: int = 1
     attention_support_stage: int | None = None
+    # --enable-lora --max-loras N (MRV2; 0: LoRA off). The target's graphs are captured per LoRA case
+    # (``get_lora_capture_cases`` under vLLM's default ``cudagraph_specialize_lora``,
+    # ``34:v1/worker/gpu/lora_utils.py:20-35``): 0 and N + 1, or with ``--specialize-active-lora``
+    # 0, the powers of 2 up to N and N + 1 (``get_captured_lora_counts``, ``34:lora/utils.py:57-70``);
+    # a batch of k active adapters takes the smallest case >= k (``_build_lora_dispatch_map``,
+    # ``34:v1/worker/gpu/cudagraph_utils.py:236-260``). Each ``execute_model`` names its k.
+    max_loras: int = 0
+    specialize_active_lora: bool = False
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -166,6 +175,12 @@ class Scenario:
                 and self.attention_support is not AttentionCGSupport.ALWAYS):
             return ("attention_support_stage names the stage (0 to pipeline_parallel_size - 1) holding a backend "
                     "weaker than ALWAYS")
+        if not 0 <= self.max_loras <= MAX_LORAS:
+            return f"the modelled max_loras is 0 (LoRA off) to {MAX_LORAS}"
+        if self.specialize_active_lora and not self.max_loras:
+            return "specialize_active_lora needs LoRA (max_loras >= 1)"
+        if self.max_loras and (self.data_parallel_size > 1 or self.pipeline_parallel_size > 1):
+            return "LoRA is modelled on one DP rank and one pipeline stage"
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -213,7 +228,7 @@ class Scenario:
             if name in enums:
                 kwargs[name] = parse_enum(enums[name], value)
             elif name in ("uniform_decode_query_len", "data_parallel_size", "pipeline_parallel_size",
-                          "attention_support_stage"):
+                          "attention_support_stage", "max_loras"):
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise ValueError(f"scenario field {name} must be an integer")
                 kwargs[name] = value
@@ -227,7 +242,7 @@ class Scenario:
 # Fields added after the first trace format; a trace without them reads as their defaults.
 OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache",
                    "varlen_decode_bound", "attention_support_draft_only", "data_parallel_size",
-                   "pipeline_parallel_size", "attention_support_stage")
+                   "pipeline_parallel_size", "attention_support_stage", "max_loras", "specialize_active_lora")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.

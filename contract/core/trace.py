@@ -25,12 +25,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.core.events import Event, event_from_json, event_to_json, ranks_problem
+from contract.core.events import Event, event_from_json, event_to_json, lora_problem, ranks_problem
 from contract.core.output import one_line
 from contract.core.policy import Policy
 from contract.core.properties import PROPERTIES, Violation, check
 from contract.core.engine import Run
-from contract.core.scenario import Scenario
+from contract.core.scenario import MAX_NUM_SEQS, Scenario
 
 SCHEMA = "cudagraph-contract.trace"
 VERSION = 1
@@ -175,7 +175,8 @@ def loads(text: str, source: str = "<trace>") -> Trace:
         events = [event_from_json(e) for e in data["events"]]
     except (ValueError, TypeError) as exc:
         raise TraceError(f"{source}: {exc}") from None
-    problem = ranks_problem(events, scenario.data_parallel_size)
+    problem = ranks_problem(events, scenario.data_parallel_size) or lora_problem(
+        events, scenario.max_loras, scenario.uniform_decode_query_len, MAX_NUM_SEQS)
     if problem:
         raise TraceError(f"{source}: {problem}")
     prop = data.get("property")

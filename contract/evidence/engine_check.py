@@ -65,7 +65,7 @@ SNAPSHOT = "0" * 40
 # Fields a result's "observed" holds (the parent refuses a result without them).
 OBSERVED = ("runner", "breakable", "ubatching", "cudagraph_mode", "compilation_mode",
             "splitting_ops_contain_attention", "speculative", "extensible_kv_cache", "architecture",
-            "attention_backend", "attention_support", "refused_on", "quantization")
+            "attention_backend", "attention_support", "refused_on", "quantization", "lora")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +213,8 @@ def compare(plan, result: Result) -> list[str]:
     differs("model_compiled", s.model_compiled, status == model_facts.COMPILED)
     if not s.extensible_kv_cache or o["extensible_kv_cache"] is not None:
         differs("extensible_kv_cache", s.extensible_kv_cache, o["extensible_kv_cache"])
+    differs("LoRA (max_loras, specialize_active_lora)",
+            [s.max_loras, s.specialize_active_lora] if s.max_loras else None, o["lora"])
     spec = o["speculative"]
     if s.drafter is DrafterKind.NONE:
         if spec is not None:
@@ -609,6 +611,9 @@ def _observe(release: str, plat, vllm_config) -> dict:
         "attention_support": _support(plat, vllm_config, CAPABILITIES),
         "refused_on": _refused(plat, vllm_config, CAPABILITIES) if backend is not None else {},
         "quantization": vllm_config.model_config.quantization,
+        "lora": (None if vllm_config.lora_config is None else
+                 [vllm_config.lora_config.max_loras,
+                  bool(getattr(vllm_config.lora_config, "specialize_active_lora", False))]),
     }
 
 

@@ -27,6 +27,9 @@ Each scenario setting maps to something a user sets (``contract/core/scenario.py
 - ``pipeline_parallel_size``: ``--pipeline-parallel-size``, one GPU per stage;
   ``attention_support_stage`` needs a hybrid checkpoint whose stages hold different attention
   layers, reported as not stored.
+- ``max_loras``, ``specialize_active_lora``: ``--enable-lora --max-loras N`` and
+  ``--specialize-active-lora`` (``engine/arg_utils.py``); the adapters a batch's requests ask for
+  are the user's (``--lora-modules``), none is stored.
 - ``attention_support_draft_only``: ``speculative_config.attention_backend`` names the weaker
   backend for the draft model's layers, the target on the ALWAYS one; ``varlen_decode_bound`` needs a
   backend no stored checkpoint and GPU pins, so it is reported as not stored.
@@ -317,6 +320,11 @@ def reach(s: Scenario, release: str) -> Reach:
                      f"reports {level} on compute capability {', '.join(caps)}")
     if s.pipeline_parallel_size > 1:
         extra += ["--pipeline-parallel-size", str(s.pipeline_parallel_size)]
+    if s.max_loras:
+        extra += ["--enable-lora", "--max-loras", str(s.max_loras)]
+        extra += ["--specialize-active-lora"] if s.specialize_active_lora else []
+        notes.append(f"a batch with LoRA adapters needs its requests to name them: up to {s.max_loras} LoRA adapters "
+                     f"of {model}, loaded with --lora-modules adapter-1=PATH ... (none is stored)")
     gpus_needed = 2 if s.ubatching else s.pipeline_parallel_size
     loaded = [(model, draft == model)] + ([(draft, False)] if draft is not None and draft != model else [])
     fit = weights.fit(loaded, release, expert_parallel=2 if s.ubatching else 1)

@@ -41,6 +41,7 @@ class Need:
     requests: int  # how many requests, sent together
     prompt_ids: int | None  # prompt of exactly this many token ids (a prefill); None: a short text
     max_tokens: int
+    adapters: int = 0  # the first this many requests each name a LoRA adapter of their own
 
 
 def padded(n: int) -> int | None:
@@ -65,12 +66,18 @@ def need(trace) -> Need | None:
     q = trace.scenario.uniform_decode_query_len
     n = event.num_tokens
     who = "the drafter proposes over" if isinstance(event, Propose) else "the target runs"
+    k = getattr(event, "num_active_loras", 0)
+    adapters = f", {k} of them each naming a LoRA adapter of its own (adapter-1 .. adapter-{k})" if k else ""
     if trace.scenario.runner is Runner.MRV2 or isinstance(event, ExecuteModel):
         if event.uniform_decode:
             r = max(1, n // q)
-            return Need(step, f"a decode step of {_requests(r)}, each with {q} tokens "
+            return Need(step, f"a decode step of {_requests(r)}{adapters}, each with {q} tokens "
                               f"(1 + {q - 1} speculative): a uniform batch of {r * q} tokens; {who} it",
-                        r, None, DECODE_TOKENS)
+                        r, None, DECODE_TOKENS, k)
+        if k:  # as many prefilling requests as the batch has, sharing its tokens
+            r = min(n, MAX_NUM_SEQS)
+            return Need(step, f"a prefill step of {_requests(r)}{adapters}, {n} prompt tokens in all; {who} it",
+                        r, -(-n // r), 1, k)
         return Need(step, f"a prefill of exactly {n} prompt tokens in one step; {who} it", 1, n, 1)
     # MRV1 propose: the drafter's batch is the target's scheduled tokens of that step
     for r in range(1, MAX_NUM_SEQS + 1):
@@ -92,8 +99,14 @@ def curl(model: str, need: Need) -> str:
     """The requests, as shell: ``need.requests`` completions sent together, then wait."""
     body = {"model": model, "prompt": [TOKEN_ID] * need.prompt_ids if need.prompt_ids else PROMPT,
             "max_tokens": need.max_tokens, "temperature": 0}
+    if need.adapters:  # request i names adapter-i while i <= adapters (--lora-modules adapter-i=PATH)
+        body["model"] = "MODEL"
     request = (f"curl -s http://localhost:{PORT}/v1/completions -H 'Content-Type: application/json' "
                f"-d '{json.dumps(body)}'")
+    if need.adapters:
+        request = request.replace('"MODEL"', '"\'"$m"\'"')
+        pick = f'm={model}; [ $i -le {need.adapters} ] && m=adapter-$i'
+        return f"for i in $(seq {need.requests}); do\n  {pick}\n  {request} &\ndone; wait"
     if need.requests == 1:
         return request
     return f"for i in $(seq {need.requests}); do\n  {request} &\ndone; wait"

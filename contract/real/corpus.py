@@ -68,9 +68,13 @@ def cells(trace: Trace) -> set[tuple]:
                 out.add(("stages", tuple("raised" if "raised" in r else "eager" if r["runtime_mode"] == "NONE"
                                          else "graph" for r in step["stages"])))
             continue
+        lora_batch = step["event"].get("num_active_loras", 0) > 0
         for d in step.get("dispatches", []):
             acting = tuple((layer["layer"], layer["action"]) for layer in d["layers"] if layer["action"] != "passed")
             out.add((scenario_class, resolved, d["role"], d["runtime_mode"], acting, d["ran_eager"]))
+            if lora_batch:  # a batch with LoRA adapters, whatever else the scenario sets
+                out.add(("lora", s.specialize_active_lora, resolved, d["role"], d["runtime_mode"], acting,
+                         d["ran_eager"]))
         if step.get("halted"):
             out.add((scenario_class, resolved, "halted", step["halted"]))
         if step.get("ranks"):  # what the data-parallel ranks ran, in rank order, whatever the settings
@@ -81,6 +85,8 @@ def cells(trace: Trace) -> set[tuple]:
     # attention setting (their observations are other scenarios', their verdicts and checks are not)
     out |= {("violates", v["property"]) for v in trace.expected_violations}
     out |= {("setting", name) for name in ("varlen_decode_bound", "attention_support_draft_only") if getattr(s, name)}
+    if s.max_loras:  # LoRA beside a drafter, which runs no adapter
+        out.add(("setting", "max_loras", s.drafter.name))
     return out
 
 

@@ -149,7 +149,8 @@ def set_breakable(on: bool) -> None:
 def config_key(scenario: Scenario) -> tuple:
     """The scenario fields ``VllmConfig.__post_init__`` reads."""
     return (scenario.breakable, scenario.ubatching, scenario.cudagraph_mode.name,
-            scenario.compilation_mode.name, scenario.splitting_ops.name, scenario.extensible_kv_cache)
+            scenario.compilation_mode.name, scenario.splitting_ops.name, scenario.extensible_kv_cache,
+            scenario.max_loras, scenario.specialize_active_lora)
 
 
 class ConfigCache:
@@ -239,6 +240,11 @@ class ConfigCache:
         extra = {}
         if not scenario.extensible_kv_cache and "enable_extensible_kv_cache" in CacheConfig.__dataclass_fields__:
             extra["cache_config"] = CacheConfig(enable_extensible_kv_cache=False)
+        if scenario.max_loras:  # --enable-lora --max-loras N [--specialize-active-lora]
+            from vllm.config import LoRAConfig
+
+            extra["lora_config"] = LoRAConfig(max_loras=scenario.max_loras,
+                                              specialize_active_lora=scenario.specialize_active_lora)
         return VllmConfig(
             **extra,
             model_config=copy.deepcopy(self.model_config()),

@@ -118,7 +118,7 @@ def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event
         if len(event.peers) != scenario.data_parallel_size - 1 or any(
                 p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
             return False  # _is_uniform_decode: num_tokens == q * num_reqs
-        return state.captured
+        return state.captured and not event.num_active_loras  # no LoRA in the modelled MRV1 space
     if isinstance(event, Propose):
         return state.captured and scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1
     return False

@@ -4,8 +4,9 @@ functions over an immutable manager value.
 A manager owns the FULL graphs it captured around a NONE-mode forward (``self.graphs``, keyed by
 ``BatchExecutionDescriptor``) and, for PIECEWISE, routes to its breakable runner or to the model.
 Candidates follow ``_init_candidates``; dispatch follows ``dispatch`` and ``_is_compatible``. The
-modelled space has no LoRA and no micro-batching (several DP ranks agree in ``dp_utils.py``), so
-``num_active_loras`` is 0 and ``num_ubatches`` 1 everywhere and are left out of the descriptor.
+modelled space has no micro-batching (several DP ranks agree in ``dp_utils.py``), so
+``num_ubatches`` is 1 everywhere and is left out of the descriptor. Every descriptor is built once
+per LoRA capture case (``lora_cases``; ``(0,)`` without LoRA and for every speculator manager).
 """
 
 from __future__ import annotations
@@ -22,43 +23,73 @@ RELEASES = ("0.33", "0.34")
 
 @dataclass(frozen=True)
 class BatchExecutionDescriptor:
-    """``33:…/cudagraph_utils.py:70-85``, ``34:…:74-89`` without the LoRA and micro-batch fields."""
+    """``33:…/cudagraph_utils.py:70-85``, ``34:…:74-89`` without the micro-batch field;
+    ``num_active_loras`` is written out only when not 0."""
 
     cg_mode: CUDAGraphMode
     num_tokens: int
     num_reqs: int | None = None
     uniform_token_count: int | None = None
     max_query_len: int | None = None
+    num_active_loras: int = 0
 
     def __str__(self) -> str:
-        extra = "".join(f",{k}={v}" for k, v in (("utc", self.uniform_token_count), ("mql", self.max_query_len))
+        extra = "".join(f",{k}={v}" for k, v in (("utc", self.uniform_token_count), ("mql", self.max_query_len),
+                                                   ("loras", self.num_active_loras or None))
                         if v is not None)
         reqs = "" if self.num_reqs is None else f",{self.num_reqs}"
         return f"BED({self.cg_mode.name},{self.num_tokens}{reqs}{extra})"
 
     def to_json(self) -> dict:
-        return {"num_tokens": self.num_tokens, "num_reqs": self.num_reqs,
-                "uniform_token_count": self.uniform_token_count, "max_query_len": self.max_query_len}
+        out = {"num_tokens": self.num_tokens, "num_reqs": self.num_reqs,
+               "uniform_token_count": self.uniform_token_count, "max_query_len": self.max_query_len}
+        if self.num_active_loras:
+            out["num_active_loras"] = self.num_active_loras
+        return out
 
     @classmethod
     def from_json(cls, data: dict, cg_mode: CUDAGraphMode) -> BatchExecutionDescriptor:
         """The descriptor a dispatch recorded; its ``cg_mode`` is the dispatch's runtime mode."""
         return cls(cg_mode, data["num_tokens"], data.get("num_reqs"), data.get("uniform_token_count"),
-                   data.get("max_query_len"))
+                   data.get("max_query_len"), data.get("num_active_loras", 0))
 
 
 BED = BatchExecutionDescriptor
 
 
 def is_compatible(desc: BED, num_reqs: int, num_tokens: int, uniform_token_count: int | None,
-                  max_query_len: int | None) -> bool:
+                  max_query_len: int | None, num_active_loras: int = 0) -> bool:
     """``_is_compatible`` (``33:…:111-138``, ``34:…:115-142``)."""
     return (
         (desc.uniform_token_count is None or desc.uniform_token_count == uniform_token_count)
         and (desc.max_query_len is None or (max_query_len is not None and desc.max_query_len >= max_query_len))
         and (desc.num_reqs is None or desc.num_reqs >= num_reqs)
         and desc.num_tokens >= num_tokens
+        and desc.num_active_loras == num_active_loras
     )
+
+
+def lora_capture_cases(max_loras: int, specialize_active_lora: bool) -> tuple[int, ...]:
+    """``get_lora_capture_cases`` with ``cudagraph_specialize_lora`` on, vLLM's default: 0, then
+    ``get_captured_lora_counts``: ``max_loras + 1``, and with ``specialize_active_lora`` the powers
+    of 2 up to it before (``33:…/lora_utils.py:20-35``, ``34:…:20-35``; ``34:lora/utils.py:57-70``);
+    ``(0,)`` without LoRA."""
+    if not max_loras:
+        return (0,)
+    if not specialize_active_lora:
+        return (0, max_loras + 1)
+    return (0, *(n for n in range(1, max_loras + 2) if n & (n - 1) == 0 or n == max_loras + 1))
+
+
+def effective_loras(lora_cases: tuple[int, ...], num_active_loras: int) -> int:
+    """``_resolve_effective_loras`` over ``_build_lora_dispatch_map`` (``33:…:203-227``,
+    ``34:…:236-260``): the smallest captured case >= k, the largest beyond it; 0 stays 0."""
+    if num_active_loras <= 0:
+        return num_active_loras
+    with_lora = sorted(c for c in lora_cases if c > 0)
+    if not with_lora:
+        return num_active_loras
+    return next((c for c in with_lora if c >= num_active_loras), with_lora[-1])
 
 
 def round_up(x: int, multiple: int) -> int:
@@ -73,13 +104,15 @@ class CudaGraphManager:
     cudagraph_mode: CUDAGraphMode
     built_from: tuple  # the inputs of _init_candidates; the three tables below are a function of them
     capture_descs: tuple[tuple[CUDAGraphMode, tuple[BED, ...]], ...] = field(compare=False)  # PIECEWISE first
-    candidates: tuple[tuple[BED, ...], ...] = field(compare=False)  # index = num_tokens
-    decode_descs: tuple[tuple[int, tuple[BED, ...]], ...] = field(compare=False)  # 0.34 `_decode_descs` by q
+    # `_candidates[(num_tokens, loras)]`: per LoRA case (lora_cases' order), index = num_tokens
+    candidates: tuple[tuple[tuple[BED, ...], ...], ...] = field(compare=False)
+    decode_descs: tuple[tuple[tuple[int, int], tuple[BED, ...]], ...] = field(compare=False)  # 0.34 by (q, loras)
     use_breakable_cg: bool = False
     breakable_runner: bool = False  # init_breakable_cg_runner ran
     key_fn: bool = False  # the breakable runner keys entries by (BD, spec_step_idx % num_layers)
     graphs: frozenset[BED] = frozenset()
     graphs_captured: bool = False
+    lora_cases: tuple[int, ...] = (0,)  # self.lora_capture_cases
 
     @property
     def runner_layer(self) -> str:
@@ -118,11 +151,11 @@ def varlen_decode_cudagraph_capture_grid(max_tokens: int) -> list[int]:
 
 def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[int, ...], q: int, *,
           target_q: int, use_breakable_cg: bool, varlen_decode: bool = False,
-          decode_request_sizes: list[int] | None = None) -> CudaGraphManager:
-    """``CudaGraphManager.__init__`` + ``_init_candidates`` (``33:…:256-394``, ``34:…:289-426``)."""
-    descs = _descs_0_33(mode, capture_sizes, q, varlen_decode) if release == "0.33" else \
-        _descs_0_34(mode, capture_sizes, q, target_q, varlen_decode, decode_request_sizes)
-    token_keyed, decode = descs
+          decode_request_sizes: list[int] | None = None, lora_cases: tuple[int, ...] = (0,)) -> CudaGraphManager:
+    """``CudaGraphManager.__init__`` + ``_init_candidates`` (``33:…:256-394``, ``34:…:289-426``): each
+    descriptor once per LoRA case, the case varying fastest (``product(sizes, lora_capture_cases)``)."""
+    token_keyed, decode = _descs_0_33(mode, capture_sizes, q, varlen_decode, lora_cases) if release == "0.33" else \
+        _descs_0_34(mode, capture_sizes, q, target_q, varlen_decode, decode_request_sizes, lora_cases)
     by_mode: dict[CUDAGraphMode, list[BED]] = {}
     for d in decode + token_keyed:
         by_mode.setdefault(d.cg_mode, []).append(d)
@@ -131,29 +164,34 @@ def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[in
     # 0.33 puts decode descriptors among the token-keyed FULL groups; 0.34 keeps them apart.
     keyed = token_keyed + decode if release == "0.33" else token_keyed
     limit = max((d.num_tokens for d in keyed), default=0)
-    candidates: list[list[BED]] = [[] for _ in range(limit + 1)]
-    for m in (FULL, PIECEWISE):
-        mode_descs = sorted((d for d in keyed if d.cg_mode == m), key=lambda d: d.num_tokens)
-        start = 0
-        for num_tokens, group in groupby(mode_descs, lambda d: d.num_tokens):
-            matching = list(group)
-            for i in range(start, num_tokens + 1):
-                candidates[i].extend(matching)
-            start = num_tokens + 1
+    candidates = []
+    for loras in lora_cases:
+        per_tokens: list[list[BED]] = [[] for _ in range(limit + 1)]
+        for m in (FULL, PIECEWISE):
+            mode_descs = sorted((d for d in keyed if d.cg_mode == m and d.num_active_loras == loras),
+                                key=lambda d: d.num_tokens)
+            start = 0
+            for num_tokens, group in groupby(mode_descs, lambda d: d.num_tokens):
+                matching = list(group)
+                for i in range(start, num_tokens + 1):
+                    per_tokens[i].extend(matching)
+                start = num_tokens + 1
+        candidates.append(tuple(tuple(c) for c in per_tokens))
     tables = []
     if release == "0.34":
-        for uq in sorted({d.uniform_token_count for d in decode}):
+        for key in sorted({(d.uniform_token_count, d.num_active_loras) for d in decode}):
             table: list[BED] = []
-            for d in sorted((d for d in decode if d.uniform_token_count == uq), key=lambda d: d.num_tokens):
+            for d in sorted((d for d in decode if (d.uniform_token_count, d.num_active_loras) == key),
+                            key=lambda d: d.num_tokens):
                 table.extend([d] * (d.num_reqs + 1 - len(table)))
-            tables.append((uq, tuple(table)))
+            tables.append((key, tuple(table)))
     built_from = (release, capture_sizes, q, target_q, varlen_decode,
-                  None if decode_request_sizes is None else tuple(decode_request_sizes))
-    return CudaGraphManager(layer, mode, built_from, capture, tuple(tuple(c) for c in candidates), tuple(tables),
-                            use_breakable_cg=use_breakable_cg)
+                  None if decode_request_sizes is None else tuple(decode_request_sizes), lora_cases)
+    return CudaGraphManager(layer, mode, built_from, capture, tuple(candidates), tuple(tables),
+                            use_breakable_cg=use_breakable_cg, lora_cases=lora_cases)
 
 
-def _descs_0_33(mode, sizes, q, varlen):
+def _descs_0_33(mode, sizes, q, varlen, lora_cases):
     token_keyed: list[BED] = []
     decode: list[BED] = []
     if not (mode and sizes):
@@ -163,20 +201,22 @@ def _descs_0_33(mode, sizes, q, varlen):
     decode_mode, mixed_mode = mode.decode_mode(), mode.mixed_mode()
     separate = mode.separate_routine()
     for n in sorted(sizes):
-        if separate and decode_mode and varlen and n <= max_decode_tokens:
-            token_keyed.append(BED(decode_mode, n, min(n, MAX_NUM_SEQS), max_query_len=q))
-        elif separate and decode_mode and not varlen:
-            rn = round_up(n, q)
-            if not (rn > max_decode_tokens or rn > max_capture or rn // q > MAX_NUM_SEQS):
-                d = BED(decode_mode, rn, rn // q, uniform_token_count=q)
-                if d not in decode:
-                    decode.append(d)
-        if mixed_mode:
-            token_keyed.append(BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None))
+        for loras in lora_cases:
+            if separate and decode_mode and varlen and n <= max_decode_tokens:
+                token_keyed.append(BED(decode_mode, n, min(n, MAX_NUM_SEQS), max_query_len=q, num_active_loras=loras))
+            elif separate and decode_mode and not varlen:
+                rn = round_up(n, q)
+                if not (rn > max_decode_tokens or rn > max_capture or rn // q > MAX_NUM_SEQS):
+                    d = BED(decode_mode, rn, rn // q, uniform_token_count=q, num_active_loras=loras)
+                    if d not in decode:
+                        decode.append(d)
+            if mixed_mode:
+                token_keyed.append(BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None,
+                                       num_active_loras=loras))
     return token_keyed, decode
 
 
-def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes):
+def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes, lora_cases):
     token_keyed: list[BED] = []
     decode: list[BED] = []
     if mode == NONE:
@@ -185,35 +225,41 @@ def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes):
     max_tokens = max(sizes, default=0)
     if mode.separate_routine() and decode_mode != NONE:
         if varlen:
-            token_keyed += [BED(decode_mode, n, min(n, MAX_NUM_SEQS), max_query_len=q)
-                            for n in _varlen_sizes("0.34", sizes, q, target_q)]
+            token_keyed += [BED(decode_mode, n, min(n, MAX_NUM_SEQS), max_query_len=q, num_active_loras=loras)
+                            for n in _varlen_sizes("0.34", sizes, q, target_q) for loras in lora_cases]
         else:
             request_sizes = decode_request_sizes
             if request_sizes is None:
                 request_sizes = split_decode_request_sizes(sizes, target_q)
             for n, uq in decode_cudagraph_capture_shapes(request_sizes, {q: MAX_NUM_SEQS}, max_tokens):
-                decode.append(BED(decode_mode, n * uq, n, uniform_token_count=uq))
+                decode += [BED(decode_mode, n * uq, n, uniform_token_count=uq, num_active_loras=loras)
+                           for loras in lora_cases]
     if mixed_mode:
         for n in sorted(sizes):
-            token_keyed.append(BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None))
+            token_keyed += [BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None,
+                                num_active_loras=loras) for loras in lora_cases]
     return token_keyed, decode
 
 
 def dispatch(m: CudaGraphManager | None, num_reqs: int, num_tokens: int, uniform_token_count: int | None,
-             max_query_len: int | None = None) -> BED:
+             max_query_len: int | None = None, num_active_loras: int = 0) -> BED:
     """``dispatch`` (``33:…:523-553``, ``34:…:558-602``): NONE until ``_graphs_captured``; 0.34
-    tries the decode table of the batch's query length first."""
+    tries the decode table of the batch's query length first; k active adapters look up the LoRA
+    case ``effective_loras`` gives, and a NONE descriptor carries it too."""
+    loras = num_active_loras if m is None or not num_active_loras else effective_loras(m.lora_cases, num_active_loras)
     if m is not None and m.graphs_captured and num_tokens > 0:
-        candidates = list(m.candidates[num_tokens]) if num_tokens < len(m.candidates) else []
+        by_tokens = m.candidates[0] if not loras else m.candidates[m.lora_cases.index(loras)] \
+            if loras in m.lora_cases else ()
+        candidates = list(by_tokens[num_tokens]) if num_tokens < len(by_tokens) else []
         if uniform_token_count is not None:
-            table = dict(m.decode_descs).get(uniform_token_count, ())
+            table = dict(m.decode_descs).get((uniform_token_count, loras), ())
             n = cdiv(num_tokens, uniform_token_count)
             if n < len(table):
                 candidates = [table[n], *candidates]
         for desc in candidates:
-            if is_compatible(desc, num_reqs, num_tokens, uniform_token_count, max_query_len):
+            if is_compatible(desc, num_reqs, num_tokens, uniform_token_count, max_query_len, loras):
                 return desc
-    return BED(NONE, num_tokens, num_reqs)
+    return BED(NONE, num_tokens, num_reqs, num_active_loras=loras)
 
 
 def specialize_spec_tokens(m: CudaGraphManager, desc: BED) -> BED:

@@ -34,6 +34,7 @@ class RankBatch:
     uniform_token_count: int | None
     max_query_len: int | None
     need_eager: bool = False
+    num_active_loras: int = 0  # per rank, never agreed (34:…/dp_utils.py:210)
 
     def to_json(self) -> list:
         return [self.num_reqs, self.num_tokens, self.uniform_token_count]
@@ -47,9 +48,10 @@ def dummy_batch(q: int, aligned: bool = True) -> RankBatch:
 
 def _alone(manager: CudaGraphManager | None, b: RankBatch, need_eager: bool) -> BED:
     """``dispatch_cg_and_sync_dp``'s own dispatch of a rank's batch, before any agreement."""
-    if need_eager:
-        return BED(NONE, b.num_tokens, b.num_reqs)
-    return cgu.dispatch(manager, b.num_reqs, b.num_tokens, b.uniform_token_count, b.max_query_len)
+    if need_eager:  # the raw count, where dispatch's NONE carries the effective one (34:…:295-314)
+        return BED(NONE, b.num_tokens, b.num_reqs, num_active_loras=b.num_active_loras)
+    return cgu.dispatch(manager, b.num_reqs, b.num_tokens, b.uniform_token_count, b.max_query_len,
+                        b.num_active_loras)
 
 
 def dispatch_cg_and_sync_dp(manager: CudaGraphManager | None, batches: tuple[RankBatch, ...], *, sync: bool = True,

@@ -27,7 +27,17 @@ from dataclasses import dataclass, replace
 
 from contract.core.forward_context import BatchDescriptor
 from contract.core.halts import ADAPTIVE_PROFILE_ERROR, ADAPTIVE_REJECTED
-from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
+from contract.core.events import (
+    CaptureModel,
+    Event,
+    ExecuteModel,
+    LoadModel,
+    ProfileCudagraphMemory,
+    ProfileRun,
+    Propose,
+    Resolve,
+    lora_problem,
+)
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model import dp_utils, pp_utils, spec_decode
@@ -137,7 +147,8 @@ def enabled(scenario: Scenario, policy, state: RunnerState, event: Event) -> boo
         if len(event.peers) != scenario.data_parallel_size - 1 or any(
                 p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
             return False
-        return state.captured
+        return state.captured and not (event.num_active_loras
+                                       and lora_problem([event], scenario.max_loras, q, MAX_NUM_SEQS))
     if isinstance(event, Propose):
         if event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
             return False
@@ -288,9 +299,21 @@ class _Step:
             if self.state.halted:
                 return
             if desc.cg_mode == PIECEWISE:
-                self.run_pw_graph(role, getattr(self.state, attr), desc, BatchDescriptor(desc.num_tokens), step_idx)
+                self.run_pw_graph(role, getattr(self.state, attr), desc, self.forward_context_bd(role, desc), step_idx)
             else:
                 self.eager(role, desc, step_idx)
+
+    def forward_context_bd(self, role: str, desc: BED) -> BatchDescriptor:
+        """The forward context's ``BatchDescriptor``, the compiled pieces' key: the target's carries
+        the LoRA fields with ``--enable-lora`` (``has_lora`` on 0.33.0 only; the capture's
+        ``33:…/cudagraph_utils.py:757-761``, ``34:…:817-820``; serving's ``33:…/model_runner.py:2062-2066``,
+        ``34:…:2130-2133``); the speculators' is ``BatchDescriptor(num_tokens)``
+        (``34:…/target_dependent_ar/speculator.py:389``)."""
+        if role != "target" or not self.scenario.max_loras:
+            return BatchDescriptor(desc.num_tokens)
+        keyed = not self.capture_phase or self.policy.capture_key_lora
+        return BatchDescriptor(desc.num_tokens, has_lora=keyed and self.policy.release == "0.33",
+                               num_active_loras=desc.num_active_loras if keyed else 0)
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -323,9 +346,10 @@ class _Step:
             self.changes.append(f"cudagraph_mode {mode.name} -> {r.name}")
         sizes = resolved.cudagraph_capture_sizes
         q = s.uniform_decode_query_len
+        lora_cases = cgu.lora_capture_cases(s.max_loras, s.specialize_active_lora) if p.target_lora_cases else (0,)
         target = cgu.build("target:CudaGraphManager", p.release, r, sizes, q, target_q=q,
                            use_breakable_cg=p.use_breakable_cg(s.breakable, r),
-                           varlen_decode=s.adaptive_verification)
+                           varlen_decode=s.adaptive_verification, lora_cases=lora_cases)
         managers = spec_decode.SpeculatorManagers()
         if s.drafter is DrafterKind.WITH_MODEL:
             managers = spec_decode.init_cudagraph_manager(s, p, r, sizes)
@@ -426,12 +450,13 @@ class _Step:
         num_reqs, utc, mql = self.batch(num_tokens, uniform)
         return max(num_tokens, cgu.dispatch(self.state.target, num_reqs, num_tokens, utc, mql).num_tokens)
 
-    def rank_batch(self, num_tokens: int, uniform: bool, need_eager: bool) -> RankBatch:
+    def rank_batch(self, num_tokens: int, uniform: bool, need_eager: bool, num_active_loras: int = 0) -> RankBatch:
         num_reqs, utc, mql = self.batch(num_tokens, uniform)
-        return RankBatch(num_reqs, num_tokens, utc, mql, need_eager)
+        return RankBatch(num_reqs, num_tokens, utc, mql, need_eager, num_active_loras)
 
     def execute_model(self, event: ExecuteModel) -> None:
-        own = self.rank_batch(event.num_tokens, event.uniform_decode, event.force_eager)
+        own = self.rank_batch(event.num_tokens, event.uniform_decode, event.force_eager,
+                              event.num_active_loras if self.policy.dispatch_reads_loras else 0)
         if self.state.stages:
             first = pp_utils.first_stage_batch(self.policy, own)
             desc = dp_utils.dispatch_cg_and_sync_dp(self.state.target, (first,))[0]

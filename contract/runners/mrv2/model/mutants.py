@@ -149,6 +149,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "graphs its backend cannot replay",
            kills=frozenset(['P7']),
            build=replacing(resolve_reads_draft_layers=False)),
+    Mutant("mrv2_lora_capture_key_without_has_lora", "mrv2_0_33", "lora",
+           "capture_model captures without has_lora (vLLM #43160's bug): the compiled pieces' graphs are keyed "
+           "BatchDescriptor(has_lora=False) while serving looks them up with has_lora=True, so every PIECEWISE "
+           "LoRA batch captures anew while serving",
+           kills=frozenset(['P4', 'P5']),
+           build=replacing(capture_key_lora=False)),
+    Mutant("mrv2_lora_dispatch_ignores_active", "mrv2_0_34", "lora",
+           "execute_model dispatches with num_active_loras=0 whatever its requests ask for: a LoRA batch "
+           "replays the graph captured without adapters",
+           kills=frozenset(['P7']),
+           build=replacing(dispatch_reads_loras=False)),
     Mutant("mrv2_pp_first_stage_eager", "mrv2_0_34", "stages",
            "the first pipeline stage runs every step eagerly for a reason of its own (as if its multimodal "
            "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "

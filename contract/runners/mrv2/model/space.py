@@ -7,7 +7,7 @@ import itertools
 
 from hypothesis import strategies as hst
 
-from contract.core.events import START_UP, ExecuteModel, Propose, on_ranks
+from contract.core.events import START_UP, ExecuteModel, Propose, batch_requests, on_ranks
 from contract.core.modes import (
     FULL,
     FULL_AND_PIECEWISE,
@@ -20,6 +20,8 @@ from contract.core.modes import (
 )
 from contract.core.scenario import (
     MAX_DATA_PARALLEL_SIZE,
+    MAX_LORAS,
+    MAX_NUM_SEQS,
     MAX_PIPELINE_PARALLEL_SIZE,
     NUM_TOKENS_DOMAIN,
     ConfigRejected,
@@ -39,6 +41,8 @@ def alphabet(scenario: Scenario) -> tuple:
     if scenario.data_parallel_size > 1:
         return START_UP + on_ranks(batches, scenario.data_parallel_size)
     serving = [ExecuteModel(*b) for b in batches]
+    serving += [ExecuteModel(n, uniform, eager, num_active_loras=k) for n, uniform, eager in batches
+                for k in range(1, min(scenario.max_loras, batch_requests(ExecuteModel(n, uniform), q, MAX_NUM_SEQS)) + 1)]
     serving += [Propose(n, uniform) for n in NUM_TOKENS_DOMAIN for uniform in (False, True) if not uniform or n % q == 0]
     return START_UP + tuple(serving)
 
@@ -55,7 +59,8 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
     return (scenario.breakable, config, compiled, scenario.drafter, scenario.speculator, scenario.spec_enforce_eager,
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
             skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only,
-            scenario.data_parallel_size, scenario.pipeline_parallel_size, scenario.attention_support_stage)
+            scenario.data_parallel_size, scenario.pipeline_parallel_size, scenario.attention_support_stage,
+            scenario.max_loras, scenario.specialize_active_lora)
 
 
 def all_scenarios() -> list[Scenario]:
@@ -105,9 +110,20 @@ def all_scenarios() -> list[Scenario]:
                                                   for stage in (0, 1)))):
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, splitting_ops=split, attention_support=support,
                             pipeline_parallel_size=PP_SIZE, attention_support_stage=stage))
+    # LoRA: every mode, compilation and breakable setting, without a drafter and with one (which runs
+    # no adapter), at one adapter (cases 0 and 2) and at three specialised ones (cases 0, 1, 2 and 4,
+    # where 3 active adapters round up), the rest at vLLM's defaults.
+    for mode, cmode, breakable, (drafter, q), (loras, specialize) in itertools.product(
+            (FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
+            (CompilationMode.VLLM_COMPILE, CompilationMode.NONE), (False, True),
+            ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2)), LORA_SETTINGS):
+        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, compilation_mode=cmode, breakable=breakable,
+                            drafter=drafter, uniform_decode_query_len=q, max_loras=loras,
+                            specialize_active_lora=specialize))
     return out
 
 
+LORA_SETTINGS = ((1, False), (MAX_LORAS, True))  # (max_loras, specialize_active_lora) the explorer tries
 DP_SIZES = (2,)  # the explorer's; Hypothesis draws up to MAX_DATA_PARALLEL_SIZE
 PP_SIZE = 2  # the explorer's; Hypothesis draws up to MAX_PIPELINE_PARALLEL_SIZE
 
@@ -150,6 +166,9 @@ _RARE = hst.sampled_from((False, False, False, True))
 _DATA_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_DATA_PARALLEL_SIZE + 1)))  # one lane in three
 # one lane without a drafter on one DP rank in three
 _PIPELINE_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)))
+# LoRA off in two draws of three; on, each of the (max_loras, specialize_active_lora) settings alike
+_LORA = hst.sampled_from(((0, False),) * 2 * (2 * MAX_LORAS) + tuple(
+    (n, specialize) for n in range(1, MAX_LORAS + 1) for specialize in (False, True)))
 _WEAK_STAGE = {pp: hst.sampled_from((None, *range(pp))) for pp in range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)}
 # Under adaptive verification only the pairs that apply are drawn, a weaker draft-only backend most
 # often: a field-by-field draw would rarely reach them. Without it, the draft-only backend is drawn
@@ -196,7 +215,9 @@ def _draw_scenario(draw) -> Scenario:
         pipeline_parallel_size=pp,
         attention_support_stage=weak_stage,
     )
-    return Scenario(**fields)
+    # drawn last, so the other fields' draws stay what they were before LoRA was modelled
+    loras, specialize = draw(_LORA) if dp == 1 and pp == 1 else (0, False)
+    return Scenario(**fields, max_loras=loras, specialize_active_lora=specialize)
 
 
 def scenarios():

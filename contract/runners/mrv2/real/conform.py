@@ -53,8 +53,9 @@ def scenarios(policy: Policy) -> Iterator:
     whose memory profiling reads the extensible KV cache (0.34.0), each again with it off, where
     ``profile_cudagraph_memory`` captures. Under ``spec_enforce_eager``, the model space's scenarios
     of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults), and
-    so on several data-parallel ranks (each trace one process per rank, ``dp_utils.replay_ranks``) and
-    pipeline stages (one process per stage, ``ranks.replay_stages``)."""
+    so on several data-parallel ranks (each trace one process per rank, ``dp_utils.replay_ranks``),
+    pipeline stages (one process per stage, ``ranks.replay_stages``) and, last, with LoRA (each
+    KV-cache setting again)."""
     kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
     for extensible in kv_cache:
         for s in all_scenarios(Runner.MRV2):
@@ -92,6 +93,8 @@ def scenarios(policy: Policy) -> Iterator:
                          pipeline_parallel_size=n, attention_support_stage=stage)
                 for n in range(3, MAX_PIPELINE_PARALLEL_SIZE + 1)
                 for support, stage in ((AttentionCGSupport.ALWAYS, None), (AttentionCGSupport.NEVER, 1)))
+    yield from (replace(s, extensible_kv_cache=extensible) for extensible in kv_cache for s in space.all_scenarios()
+                if s.max_loras)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:

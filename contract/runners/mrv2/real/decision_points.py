@@ -9,7 +9,7 @@ as vLLM's:
   trace's start-up step);
 - the ``v1/worker/gpu/model_runner.py`` blocks the replay cuts with ``ast`` and runs unchanged
   (``initialize_kv_cache``'s mode block, the speculator's manager, ``execute_model``'s batch
-  statements, dispatch statement and "Run model" branch, ``prepare_inputs``' padded count), and the
+  statements, active LoRA count, dispatch statement and "Run model" branch, ``prepare_inputs``' padded count), and the
   runner methods run unbound (``get_model``, ``gather_batch_req_state``, ``profile_cudagraph_memory``,
   ``capture_model``, ``needs_cudagraph_capture``);
 - what those call: ``has_compiled_submodule``, ``resolve_adaptive_cudagraph_mode``,
@@ -21,7 +21,7 @@ as vLLM's:
   ``wrap_with_cudagraph_if_needed``.
 
 The harness's one point is the scheduler's side of a step (``decisions.MRV2_BATCH``): the
-``SchedulerOutput`` and request states ``model_runner.scheduled_batch`` writes for an
+``SchedulerOutput``, request states and adapters ``model_runner.scheduled_batch`` writes for an
 ``execute_model`` event, and the dummy batch's counts ``RealRun.on_profile_run`` passes for
 ``profile_run``; the vLLM statements that read them are guarded by ``tests/test_decisions.py``.
 """
@@ -50,6 +50,7 @@ BLOCKS = {
     "initialize_kv_cache": "GPUModelRunner.initialize_kv_cache (mode block)",
     "init_speculator_cudagraph_manager": "GPUModelRunner.initialize_kv_cache (speculator block)",
     "batch": "GPUModelRunner.execute_model (batch statements)",
+    "loras": "GPUModelRunner.execute_model (active LoRA count)",
     "dispatch": "GPUModelRunner.execute_model (dispatch statement)",
     "prepare_inputs": "GPUModelRunner.prepare_inputs (padded count)",
     "pp_inputs": "GPUModelRunner.execute_model (a PP stage's received rows)",

@@ -13,7 +13,8 @@
   ``34:…:826-829``);
 - ``execute_model``: the statements that read the scheduled batch (request and token counts,
   ``gather_batch_req_state``, the prefill rule for ``max_query_len``; ``33:…:1800-1816``,
-  ``34:…:1863-1878``), the ``dispatch_cg_and_sync_dp`` statement (``33:…:1832-1848``, ``34:…:1894-1910``)
+  ``34:…:1863-1878``), those that count its active LoRA adapters (``get_num_active_loras_for_dispatch``
+  over the runner's ``LoraState``, ``33:…:1818-1823``, ``34:…:1880-1885``), the ``dispatch_cg_and_sync_dp`` statement (``33:…:1832-1848``, ``34:…:1894-1910``)
   and the "Run model" branch (``33:…:2051-2097``, ``34:…:2119-2164``); between them, the padded
   token count and padding mask of ``prepare_inputs`` (``33:…:1395-1401``, ``34:…:1465-1471``) and,
   on a non-first PP stage, the copy of the stage before's rows (``33:…:2020-2037``, ``34:…:2088-2105``);
@@ -30,7 +31,12 @@ requests sharing ``n`` tokens); what the runner makes of it is vLLM's.
 The stand-in runner holds what those read (``GPUModelRunner.__init__``/``load_model``), with
 stand-ins for the KV-cache plumbing that decides nothing about graphs: a model state whose dummy
 and attention inputs are empty, dummy block tables, a KV-cache config without groups, a no-op KV
-connector, no expert load balancer.
+connector, no expert load balancer. With ``--enable-lora`` its LoRA capture cases are vLLM's
+``get_lora_capture_cases`` (``GPUModelRunner.__init__``, ``33:…:350-355``, ``34:…:361-366``), its
+``LoraState`` vLLM's, and the dummy adapters of ``capture_model`` are set up and selected by vLLM's
+``LoRAModelRunnerMixin`` (``maybe_setup_dummy_loras``, ``maybe_select_dummy_loras``, through
+``create_lora_capture_hook``) on a stand-in adapter manager: the stand-in model has no LoRA layer
+whose weights an adapter would load into.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ class Blocks:
     initialize_kv_cache: Block
     init_speculator_cudagraph_manager: Block
     batch: Block
+    loras: Block
     dispatch: Block
     prepare_inputs: Block
     pp_inputs: Block
@@ -101,6 +108,10 @@ def load(module) -> Blocks:
         batch=cut(
             module, RUNNER, "execute_model",
             [("num_reqs = len(scheduler_output.num_scheduled_tokens)", "if batch_req_state is not None")],
+            ("scheduler_output", "dummy_run"),
+        ),
+        loras=cut(
+            module, RUNNER, "execute_model", [("num_active_loras = 0", "if self.lora_config:")],
             ("scheduler_output", "dummy_run"),
         ),
         dispatch=cut(
@@ -176,15 +187,44 @@ class _KVConnector:
         return None
 
 
+class _LoRAManager:
+    """The adapter manager ``LoRAModelRunnerMixin`` drives (``LRUCacheWorkerLoRAManager``): holds the
+    adapters it is given and activates them; there are no LoRA layers to load their weights into."""
+
+    def __init__(self) -> None:
+        self.adapters: set[int] = set()
+        self.active: set[int] = set()
+
+    def get_dummy_lora_warmup_rank(self, rank: int) -> int:
+        return rank
+
+    def dummy_lora_cache(self):
+        return contextlib.nullcontext()
+
+    def add_dummy_lora(self, lora_request, rank: int) -> bool:
+        self.adapters.add(lora_request.lora_int_id)
+        return True
+
+    def remove_all_adapters(self) -> None:
+        self.adapters.clear()
+        self.active.clear()
+
+    def set_active_adapters(self, lora_requests, lora_mapping) -> None:
+        self.active = {r.lora_int_id for r in lora_requests}
+
+
 def kv_cache_config() -> types.SimpleNamespace:
     """A ``KVCacheConfig`` without groups: no attention layer exists to hold a KV cache."""
     return types.SimpleNamespace(kv_cache_groups=[], num_blocks=0, has_mamba_layers=False)
 
 
-def scheduled_batch(runner, num_tokens: int, uniform_decode: bool) -> types.SimpleNamespace:
-    """The ``SchedulerOutput`` of a trace's ``execute_model(num_tokens, uniform_decode)``; sets
-    ``runner.req_states`` to the request states it schedules. A decode request has its whole prompt
-    computed, a prefilling one none of it (``gather_batch_req_state``: ``is_prefilling``)."""
+def scheduled_batch(runner, num_tokens: int, uniform_decode: bool, num_active_loras: int = 0) -> types.SimpleNamespace:
+    """The ``SchedulerOutput`` of a trace's ``execute_model(num_tokens, uniform_decode, num_active_loras)``;
+    sets ``runner.req_states`` to the request states it schedules. A decode request has its whole
+    prompt computed, a prefilling one none of it (``gather_batch_req_state``: ``is_prefilling``).
+    With ``--enable-lora`` the first ``num_active_loras`` requests each ask for an adapter of their
+    own, the others for none, as ``add_requests`` records them in the runner's ``LoraState``
+    (``33:…/model_runner.py:1254``, ``34:…:1324``)."""
     import numpy as np
 
     q = runner.decode_query_len
@@ -197,6 +237,16 @@ def scheduled_batch(runner, num_tokens: int, uniform_decode: bool) -> types.Simp
         tokens[-1] += num_tokens % num_reqs
         prefill_len, computed = list(tokens), [0] * num_reqs
     req_ids = [f"req-{i}" for i in range(len(tokens))]
+    if runner.lora_config is not None:
+        from vllm.lora.request import LoRARequest
+        from vllm.v1.worker.gpu.lora_utils import LoraState
+
+        # sized for the batch: a uniform decode of one token per request can hold one request more than
+        # max_num_seqs (5 at q = 1), a batch the model reads as it is
+        runner.lora_state = LoraState(max_num_reqs=max(runner.max_num_reqs, len(req_ids)))
+        for i, req_id in enumerate(req_ids):
+            adapter = LoRARequest(f"adapter-{i + 1}", i + 1, "/not/a/real/path") if i < num_active_loras else None
+            runner.lora_state.add_request(req_id, i, adapter)
     runner.req_states = types.SimpleNamespace(
         req_id_to_index={r: i for i, r in enumerate(req_ids)},
         prefill_len=types.SimpleNamespace(np=np.array(prefill_len, dtype=np.int32)),
@@ -225,8 +275,8 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         decode_query_len=1 + vllm_config.num_speculative_tokens,
         kv_cache_config=kv_cache_config(),
         cache_config=vllm_config.cache_config,
-        lora_config=None,
-        lora_capture_cases=None,
+        lora_config=vllm_config.lora_config,
+        lora_manager=_LoRAManager(),
         adaptive_verification=None,
         ubatch_runner=None,
         pcp_manager=None,
@@ -249,7 +299,10 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         vocab_size=vllm_config.model_config.get_vocab_size(),
         batch_sharder=None,
     )
-    for name in ("maybe_setup_dummy_loras", "maybe_remove_all_loras", "needs_cudagraph_capture", "capture_model",
-                 "gather_batch_req_state"):
+    for name in ("maybe_setup_dummy_loras", "maybe_select_dummy_loras", "_set_active_loras", "_ensure_lora_enabled",
+                 "maybe_remove_all_loras", "needs_cudagraph_capture", "capture_model", "gather_batch_req_state"):
         setattr(runner, name, types.MethodType(getattr(gmr, name), runner))
+    from vllm.v1.worker.gpu.lora_utils import get_lora_capture_cases
+
+    runner.lora_capture_cases = get_lora_capture_cases(runner.lora_config, runner.compilation_config)
     return runner

@@ -17,6 +17,7 @@ MODULES = (
     "vllm.v1.worker.gpu.attn_utils",
     "vllm.v1.worker.gpu.cudagraph_utils",
     "vllm.v1.worker.gpu.dp_utils",
+    "vllm.v1.worker.gpu.lora_utils",
     "vllm.v1.worker.gpu.model_runner",
 )
 SPECULATORS = "vllm.v1.worker.gpu.spec_decode"

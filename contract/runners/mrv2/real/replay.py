@@ -603,15 +603,19 @@ class RealRun:
         if idle:
             scheduler_output = dp_utils.dummy_scheduler_output(self.vllm_config)
         else:
-            scheduler_output = model_runner.scheduled_batch(self.runner, batch.num_tokens, batch.uniform_decode)
+            scheduler_output = model_runner.scheduled_batch(self.runner, batch.num_tokens, batch.uniform_decode,
+                                                            getattr(batch, "num_active_loras", 0))
         got = self.session.blocks.batch(self.runner, scheduler_output=scheduler_output, dummy_run=idle)
+        loras = self.session.blocks.loras(self.runner, scheduler_output=scheduler_output, dummy_run=idle)
         self.execute(got["num_toks"], got["num_reqs"], got["uniform_tok_count"], got["max_query_len"],
-                     is_profile=batch.force_eager, scheduler_output=scheduler_output, idle=idle)
+                     is_profile=batch.force_eager, scheduler_output=scheduler_output, idle=idle,
+                     num_active_loras=loras["num_active_loras"])
 
     # -- helpers ------------------------------------------------------------------------------
 
     def execute(self, num_toks: int, num_reqs: int, uniform_tok_count, max_query_len, *, is_profile: bool,
-                context: str = "execute_model", scheduler_output=None, idle: bool = False) -> None:
+                context: str = "execute_model", scheduler_output=None, idle: bool = False,
+                num_active_loras: int = 0) -> None:
         """``execute_model``'s dispatch statement and "Run model" branch, vLLM's own; on several DP
         ranks a serving step also records this rank's side (``RankServed``'s form)."""
         import torch
@@ -620,7 +624,7 @@ class RealRun:
             scheduler_output = types.SimpleNamespace(skip_drafts=False)
         out = self.session.blocks.dispatch(
             self.runner, num_reqs=num_reqs, num_toks=num_toks, uniform_tok_count=uniform_tok_count,
-            max_query_len=max_query_len, is_profile=is_profile, skip_compiled=False, num_active_loras=0,
+            max_query_len=max_query_len, is_profile=is_profile, skip_compiled=False, num_active_loras=num_active_loras,
             skip_attn_for_dummy_run=False, scheduler_output=scheduler_output,
         )
         batch_desc = out["batch_desc"]
@@ -681,8 +685,12 @@ class RealRun:
 
 
 def _descriptor(desc, warmup: bool = False) -> dict:
-    """A ``BatchExecutionDescriptor`` in the model's JSON (no LoRA or micro-batch fields: the
-    modelled scenarios have neither); a warm-up run is the NONE run of the descriptor's shape."""
-    return {"num_tokens": desc.num_tokens, "num_reqs": desc.num_reqs,
-            "uniform_token_count": None if warmup else desc.uniform_token_count,
-            "max_query_len": None if warmup else desc.max_query_len}
+    """A ``BatchExecutionDescriptor`` in the model's JSON (no micro-batch field: the modelled
+    scenarios have none; ``num_active_loras`` when not 0); a warm-up run is the NONE run of the
+    descriptor's shape."""
+    out = {"num_tokens": desc.num_tokens, "num_reqs": desc.num_reqs,
+           "uniform_token_count": None if warmup else desc.uniform_token_count,
+           "max_query_len": None if warmup else desc.max_query_len}
+    if desc.num_active_loras and not warmup:
+        out["num_active_loras"] = desc.num_active_loras
+    return out
