@@ -311,9 +311,11 @@ class _Step:
         (``34:…/target_dependent_ar/speculator.py:389``)."""
         if role != "target" or not self.scenario.max_loras:
             return BatchDescriptor(desc.num_tokens)
+        # a capture without the key field serving looks up: has_lora on 0.33.0 (vLLM #43160), the count on 0.34.0
         keyed = not self.capture_phase or self.policy.capture_key_lora
-        return BatchDescriptor(desc.num_tokens, has_lora=keyed and self.policy.release == "0.33",
-                               num_active_loras=desc.num_active_loras if keyed else 0)
+        v033 = self.policy.release == "0.33"
+        return BatchDescriptor(desc.num_tokens, has_lora=v033 and keyed,
+                               num_active_loras=desc.num_active_loras if keyed or v033 else 0)
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -346,7 +348,7 @@ class _Step:
             self.changes.append(f"cudagraph_mode {mode.name} -> {r.name}")
         sizes = resolved.cudagraph_capture_sizes
         q = s.uniform_decode_query_len
-        lora_cases = cgu.lora_capture_cases(s.max_loras, s.specialize_active_lora) if p.target_lora_cases else (0,)
+        lora_cases = cgu.lora_capture_cases(s.max_loras, s.specialize_active_lora)  # 33:…:771, 34:…:808
         target = cgu.build("target:CudaGraphManager", p.release, r, sizes, q, target_q=q,
                            use_breakable_cg=p.use_breakable_cg(s.breakable, r),
                            varlen_decode=s.adaptive_verification, lora_cases=lora_cases)

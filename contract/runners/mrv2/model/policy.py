@@ -105,11 +105,10 @@ class Mrv2Policy:
     dp_dummy_batch_aligned: bool = True  # an idle rank's dummy batch is one request of q tokens
     pp_need_eager_stage: int | None = None  # a pipeline stage that runs eagerly on its own (mutants only)
     resolve_reads_draft_layers: bool = True  # get_attn_cg_support over the draft model's groups too
-    # --enable-lora: the target manager gets the runner's lora_capture_cases (33:…/model_runner.py:771,
-    # 34:…:808), and the capture's forward context carries the LoRA fields serving's carries
+    # --enable-lora: the capture's forward context carries the LoRA fields serving's carries
     # (33:…/cudagraph_utils.py:757-761 with capture_model's has_lora, 33:…/model_runner.py:1125;
-    # 34:…/cudagraph_utils.py:817-820)
-    target_lora_cases: bool = True
+    # 34:…/cudagraph_utils.py:817-820); False: the capture's leaves out has_lora (0.33, vLLM #43160)
+    # or num_active_loras (0.34)
     capture_key_lora: bool = True
     # execute_model dispatches with get_num_active_loras_for_dispatch's count (33:…/model_runner.py:1818-1823,
     # 34:…:1880-1885); False: with 0 (mutants only)
