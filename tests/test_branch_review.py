@@ -175,7 +175,8 @@ def new_lines(proc) -> list[str]:
     return [line for line in proc.stdout.splitlines() if line.startswith("  new: ")]
 
 
-@pytest.mark.parametrize("release, area", per_kind([("0.34.0", "model_runner")], {("0.34.0", "model_runner")}))
+# make evidence's: the children's explicit environment is make test's in test_child.py and test_named_code.py
+@pytest.mark.parametrize("release, area", per_kind([("0.34.0", "model_runner")], set()))
 def test_the_callers_environment_changes_no_verdict(runs, release, area):
     """``PYTHONPATH`` at the tree (it would put the tree on the base side too), ``PYTHONOPTIMIZE``
     (vLLM's asserts), pytest's and vLLM's switches: the same exit and the same new classes."""

@@ -27,18 +27,17 @@ def test_explorer_verdicts_match_the_expected_table(name):
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_explorer_kills_exactly_the_killable_mutants(mutant):
     base = load_policy(mutant.base)
-    # a ranks (stages) mutant changes only what several DP ranks (PP stages) run: one rank's
-    # scenarios are its base's
-    several = {"ranks": lambda s: s.data_parallel_size > 1, "stages": lambda s: s.pipeline_parallel_size > 1}
-    scenarios = ([s for s in base.engine.canonical_scenarios(base) if several[mutant.area](s)]
-                 if mutant.area in several else None)
+    # where its changed rule acts (several DP ranks, PP stages, breakable graphs): elsewhere the mutant
+    # runs its base's steps
+    scenarios = ([s for s in base.engine.canonical_scenarios(base) if mutant.reaches(s)]
+                 if mutant.reaches else None)
     only = None
     if "P7" in mutant.kills:
         # judged on P7 alone (as test_mutants.py's ci run), where P7 can show: a backend below ALWAYS,
         # or LoRA adapters; in some of those a mutant also stops vLLM where its base does not, a halt
         # difference a first-only run would report instead
         only = frozenset({"P7"})
-        scenarios = [s for s in base.engine.canonical_scenarios(base)
+        scenarios = [s for s in scenarios or base.engine.canonical_scenarios(base)
                      if s.attention_support is not AttentionCGSupport.ALWAYS or s.max_loras]
     result = explore(mutant_policy(mutant), base=base, first_only=only is None, scenarios=scenarios, only=only)
     assert bool(result.counterexamples) == (not mutant.equivalent)

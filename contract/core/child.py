@@ -370,17 +370,19 @@ def call_folder(prefix: str = FOLDER_PREFIX):
 
 
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen):
+def _forwarding(started: list[subprocess.Popen]):
     """While the child runs, an interrupt or termination of the parent ends the child's processes
     first. A signal the parent dies of removes its call folders first, as no ``finally`` runs then.
-    A signal the parent ignores (``nohup``) stays ignored."""
+    A signal the parent ignores (``nohup``) stays ignored. Entered before the child starts
+    (``started`` holds it once it has), so no signal finds a child running and the folders unguarded."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {}
 
     def handler(signum, frame):
-        _stop(proc)
+        for proc in started:
+            _stop(proc)
         old = previous.get(signum)
         if callable(old):
             old(signum, frame)
@@ -476,34 +478,36 @@ def _launched(command: list[str], *, what: str, timeout: float | None, env: dict
     passed = [status_w, *inherited]
     argv = [sys.executable or command[0], "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), str(status_w),
             json.dumps(command), json.dumps(inherited)]
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env, cwd=cwd,
-                                start_new_session=True, pass_fds=passed)
-    except OSError as exc:
-        for fd in (status_r, out_r, err_r):
-            os.close(fd)
-        raise ChildProblem(f"{what}: {command[0]} cannot be run: {exc.strerror or exc}") from None
-    finally:
-        for fd in (*passed, out_w, err_w):
-            os.close(fd)
-    readers = {"status": _Reader(status_r, 1 << 16, first=True), "stdout": _Reader(out_r, MAX_OUTPUT),
-               "stderr": _Reader(err_r, MAX_OUTPUT, _to_stderr() if stream_stderr else None)}
-    for r in readers.values():
-        r.start()
+    started: list[subprocess.Popen] = []
     finished = True
-    try:
-        with _forwarding(proc):
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                finished = False
-    finally:
-        if proc.poll() is None:
-            _stop(proc)
-        _kill_group(proc.pid)  # the launcher's own group: nothing should be left in it
-        proc.wait()
-        for r in readers.values():
-            r.join(timeout=_STOP_GRACE_S)  # the pipes close when the last descendant is gone
+    with _forwarding(started):
+        try:
+            started.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env,
+                                            cwd=cwd, start_new_session=True, pass_fds=passed))
+        except OSError as exc:
+            for fd in (status_r, out_r, err_r):
+                os.close(fd)
+            raise ChildProblem(f"{what}: {command[0]} cannot be run: {exc.strerror or exc}") from None
+        finally:
+            for fd in (*passed, out_w, err_w):
+                os.close(fd)
+        proc = started[0]
+        readers = {"status": _Reader(status_r, 1 << 16, first=True), "stdout": _Reader(out_r, MAX_OUTPUT),
+                   "stderr": _Reader(err_r, MAX_OUTPUT, _to_stderr() if stream_stderr else None)}
+        try:
+            for r in readers.values():
+                r.start()
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            finished = False
+        finally:
+            if proc.poll() is None:
+                _stop(proc)
+            _kill_group(proc.pid)  # the launcher's own group: nothing should be left in it
+            proc.wait()
+            for r in readers.values():
+                if r.ident is not None:  # started: its pipe closes when the last descendant is gone
+                    r.join(timeout=_STOP_GRACE_S)
     if not finished:
         raise ChildProblem(f"{what} did not finish within {timeout:g} s; {_timeout_hint}")
     try:

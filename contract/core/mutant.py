@@ -24,10 +24,31 @@ class Mutant:
     kills: frozenset[str] = frozenset()  # what the verifier may report first: properties, or "halt"
     equivalent: str = ""  # why no observable behaviour changes, for equivalent mutants
     build: Callable = field(default=None, compare=False, repr=False)  # (base policy, mutant) -> policy
+    # The scenarios the changed rule acts in (None: any): outside them the mutant runs its base's steps,
+    # so an exhaustive check of the mutant need explore no other.
+    reaches: Callable | None = field(default=None, compare=False, repr=False)
 
     def policy_of(self, base):
         """The mutant of ``base`` (the built-in policy named ``self.base``)."""
         return self.build(base, self)
+
+
+def on_ranks(scenario) -> bool:
+    return scenario.data_parallel_size > 1
+
+
+def on_stages(scenario) -> bool:
+    return scenario.pipeline_parallel_size > 1
+
+
+def breakable(scenario) -> bool:
+    return scenario.breakable
+
+
+def full_graphs(scenario) -> bool:
+    """A FULL dispatch needs a configured mode with full graphs: resolve never turns PIECEWISE or
+    NONE into one, and the draft managers' modes follow the target's."""
+    return scenario.cudagraph_mode.has_full_cudagraphs()
 
 
 def replacing(**changes) -> Callable:

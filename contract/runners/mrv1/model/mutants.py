@@ -8,7 +8,7 @@ from dataclasses import replace
 from contract.core import resolve
 from contract.core.forward_context import BatchDescriptor
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
-from contract.core.mutant import Mutant, replacing
+from contract.core.mutant import Mutant, on_ranks, replacing
 from contract.runners.mrv1.model import cudagraph_dispatcher as dispatcher
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
@@ -228,5 +228,6 @@ MUTANTS: tuple[Mutant, ...] = (
            "sync): each rank re-dispatches in its own mode, so a rank that runs eagerly beside one that "
            "replays a graph runs without it, and the graph's padding reaches the eager rank",
            kills=frozenset(['P0', 'P9']),
-           build=replacing(dp_syncs_mode=False)),
+           build=replacing(dp_syncs_mode=False),
+           reaches=on_ranks),
 )

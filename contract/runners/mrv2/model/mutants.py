@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from contract.core import resolve
 from contract.core.modes import FULL, FULL_DECODE_ONLY
-from contract.core.mutant import Mutant, replacing
+from contract.core.mutant import Mutant, breakable, full_graphs, on_ranks, on_stages, replacing
 
 
 def _available_regardless(breakable, has_compiled_submodule):
@@ -41,13 +41,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "init_breakable_cg_runner builds the runner with runtime_mode=FULL: PIECEWISE dispatches pass it and "
            "run the uncompiled (breakable) model eagerly",
            kills=frozenset(['P1']),
-           build=replacing(breakable_runner_mode=FULL)),
+           build=replacing(breakable_runner_mode=FULL),
+           reaches=breakable),
     Mutant("mrv2_run_fullgraph_captures", "mrv2_0_33", "manager",
            "run_fullgraph captures a missing FULL graph lazily instead of asserting",
            equivalent="every descriptor dispatch can return is captured before _graphs_captured is set, and "
                       "specialize_spec_tokens maps an uncaptured draft decode descriptor to NONE, so run_fullgraph "
                       "never misses in the modelled space",
-           build=replacing(run_fullgraph_captures=True)),
+           build=replacing(run_fullgraph_captures=True),
+           reaches=full_graphs),
     Mutant("mrv2_pw_available_ignores_compiled", "mrv2_0_33", "resolve",
            "piecewise_capture_available ignores has_compiled_submodule: an undecorated model keeps PIECEWISE "
            "through resolve and ModelCudaGraphManager.capture's backstop stops the engine",
@@ -57,7 +59,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "use_breakable_cg = is_breakable_cudagraph_enabled(cc), without has_piecewise_cudagraphs()",
            equivalent="a manager whose mode has no piecewise graphs has no PIECEWISE descriptor, so run_pw_graph is "
                       "never reached; the extra breakable runner is built and never called",
-           build=replacing(use_breakable_cg=_breakable_regardless_of_piecewise)),
+           build=replacing(use_breakable_cg=_breakable_regardless_of_piecewise),
+           reaches=breakable),
     Mutant("mrv2_use_breakable_cg_ignores_switch", "mrv2_0_34", "manager",
            "use_breakable_cg = has_piecewise_cudagraphs() alone: with breakable off the match-any runner wraps the "
            "compiled model, so a PIECEWISE capture nests the compiled pieces' capture inside the runner's",
@@ -126,23 +129,27 @@ MUTANTS: tuple[Mutant, ...] = (
            "dispatch_cg_and_sync_dp returns each rank's own descriptor without the all-reduce: a decode rank "
            "replays its FULL graph while a rank with a mixed batch runs PIECEWISE or pads to another size",
            kills=frozenset(['P9']),
-           build=replacing(dp_sync=False)),
+           build=replacing(dp_sync=False),
+           reaches=on_ranks),
     Mutant("mrv2_dp_sync_max_mode", "mrv2_0_34", "ranks",
            "the agreement takes the strongest rank's mode instead of the weakest (max for min): a rank that "
            "needs eager (need_eager) re-dispatches at the agreed size and runs a graph",
            kills=frozenset(['P9']),
-           build=replacing(dp_sync_takes_min=False)),
+           build=replacing(dp_sync_takes_min=False),
+           reaches=on_ranks),
     Mutant("mrv2_dp_need_eager_after_sync", "mrv2_0_33", "ranks",
            "a rank that needs eager votes its graph's mode and runs eagerly after the agreement, telling no "
            "other rank: the others replay a graph the eager rank does not run with them",
            kills=frozenset(['P9']),
-           build=replacing(dp_votes_need_eager=False)),
+           build=replacing(dp_votes_need_eager=False),
+           reaches=on_ranks),
     Mutant("mrv2_dp_dummy_batch_one_token", "mrv2_0_34", "ranks",
            "an idle rank's dummy batch is one token (execute_dummy_batch's _dummy_run(1), before vLLM #35376): "
            "under speculative decoding the agreement finds no common uniform token count and every rank's "
            "decode batch loses its FULL decode graph",
            kills=frozenset(['P9']),
-           build=replacing(dp_dummy_batch_aligned=False)),
+           build=replacing(dp_dummy_batch_aligned=False),
+           reaches=on_ranks),
     Mutant("mrv2_resolve_ignores_draft_layers", "mrv2_0_34", "attention",
            "init_attn_backend's get_attn_cg_support checks the target's layers alone: a weaker "
            "speculative_config.attention_backend no longer lowers the mode, and the draft model captures FULL "
@@ -165,5 +172,6 @@ MUTANTS: tuple[Mutant, ...] = (
            "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "
            "it sent, and their copy of its hidden states raises",
            kills=frozenset(['P9', 'P0']),
-           build=replacing(pp_need_eager_stage=0)),
+           build=replacing(pp_need_eager_stage=0),
+           reaches=on_stages),
 )
