@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from contract.core.scenario import DrafterKind
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -43,6 +45,28 @@ def on_stages(scenario) -> bool:
 
 def breakable(scenario) -> bool:
     return scenario.breakable
+
+
+def speculative(scenario) -> bool:
+    """q > 1: a drafter proposes tokens (resolve's spec-decode step reads q)."""
+    return scenario.uniform_decode_query_len > 1
+
+
+def draft_model(scenario) -> bool:
+    """A drafter with a model: the only one with managers, dispatchers and attention layers of its own."""
+    return scenario.drafter is DrafterKind.WITH_MODEL
+
+
+def draft_only_backend(scenario) -> bool:
+    return scenario.attention_support_draft_only
+
+
+def adaptive_draft(scenario) -> bool:
+    return scenario.adaptive_verification and draft_model(scenario)
+
+
+def lora(scenario) -> bool:
+    return scenario.max_loras > 0
 
 
 def full_graphs(scenario) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from contract.core import resolve
 from contract.core.forward_context import BatchDescriptor
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
-from contract.core.mutant import Mutant, on_ranks, replacing
+from contract.core.mutant import Mutant, draft_only_backend, on_ranks, replacing, speculative
 from contract.runners.mrv1.model import cudagraph_dispatcher as dispatcher
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
@@ -206,13 +206,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "step 4 (spec-decode with q > 1 needs UNIFORM_BATCH support) skipped: FULL uniform-decode graphs of q "
            "tokens per request under UNIFORM_SINGLE_TOKEN_DECODE (P7)",
            kills=frozenset(['P1', 'P7']),
-           build=replacing(resolve=_spec_decode_check_skipped)),
+           build=replacing(resolve=_spec_decode_check_skipped),
+           reaches=speculative),
     Mutant("resolve_ignores_draft_backend", "vllm_0_30", "resolve",
            "_check_and_update_cudagraph_mode takes the minimum support over the target's backends alone: a "
            "weaker speculative_config.attention_backend no longer lowers the mode, and the drafter dispatches "
            "PIECEWISE graphs nothing captures, or captures them when serving",
            kills=frozenset(['P1', 'P0', 'P4']),
-           build=replacing(resolve_reads_draft_layers=False)),
+           build=replacing(resolve_reads_draft_layers=False),
+           reaches=draft_only_backend),
     Mutant("compile_at_resolve", "vllm_0_30", "compile",
            "inner PIECEWISE wrappers decided at resolve time from the resolved mode instead of at the first "
            "forward from the load-time mode",

@@ -7,7 +7,19 @@ from dataclasses import replace
 
 from contract.core import resolve
 from contract.core.modes import FULL, FULL_DECODE_ONLY
-from contract.core.mutant import Mutant, breakable, full_graphs, on_ranks, on_stages, replacing
+from contract.core.mutant import (
+    Mutant,
+    adaptive_draft,
+    breakable,
+    draft_model,
+    draft_only_backend,
+    full_graphs,
+    lora,
+    on_ranks,
+    on_stages,
+    replacing,
+    speculative,
+)
 
 
 def _available_regardless(breakable, has_compiled_submodule):
@@ -70,12 +82,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "the draft decode manager takes the target's mode instead of FULL_DECODE_ONLY/NONE: draft decodes "
            "dispatch PIECEWISE, which the decode manager has no breakable runner for",
            kills=frozenset(['P0', 'P1', 'halt']),
-           build=replacing(draft_decode_mode=_draft_decode_target_mode)),
+           build=replacing(draft_decode_mode=_draft_decode_target_mode),
+           reaches=draft_model),
     Mutant("mrv2_draft_decode_always_full", "mrv2_0_34", "speculator",
            "the draft decode manager is FULL_DECODE_ONLY whatever the target's decode mode: a PIECEWISE or NONE "
            "configuration gets FULL draft graphs it does not name, of shapes a weaker backend cannot replay",
            kills=frozenset(['P7', 'P8']),
-           build=replacing(draft_decode_mode=_draft_decode_always_full)),
+           build=replacing(draft_decode_mode=_draft_decode_always_full),
+           reaches=draft_model),
     Mutant("mrv2_multi_module_key_fn_dropped", "mrv2_0_33", "speculator",
            "multi-module MTP's breakable runner built without key_fn: module step 1 replays the graph captured "
            "for step 0",
@@ -113,13 +127,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "resolve keeps decode FULL with q > 1 under UNIFORM_SINGLE_TOKEN_DECODE (step 4 skipped): the managers "
            "capture FULL uniform graphs of q tokens per request the backend cannot replay",
            kills=frozenset(['P7', 'P1']),
-           build=replacing(resolve=_spec_decode_downgrade_skipped)),
+           build=replacing(resolve=_spec_decode_downgrade_skipped),
+           reaches=speculative),
     Mutant("mrv2_0_33_draft_prefill_varlen", "mrv2_0_33", "speculator",
            "0.33's draft prefill manager takes adaptive verification's varlen decode descriptors (as 0.34's does): "
            "the draft layers' UNIFORM_BATCH backend, which declares no varlen bound and which vLLM's check never "
            "reads, gets FULL graphs of decode batches of 1..q tokens per request",
            kills=frozenset(['P7']),
-           build=replacing(draft_prefill_varlen=True)),
+           build=replacing(draft_prefill_varlen=True),
+           reaches=adaptive_draft),
     Mutant("mrv2_compile_at_resolve", "mrv2_0_33", "compile",
            "inner PIECEWISE wrappers decided from the resolved mode instead of the load-time mode at the first "
            "forward: hides lead L1",
@@ -155,18 +171,21 @@ MUTANTS: tuple[Mutant, ...] = (
            "speculative_config.attention_backend no longer lowers the mode, and the draft model captures FULL "
            "graphs its backend cannot replay",
            kills=frozenset(['P7']),
-           build=replacing(resolve_reads_draft_layers=False)),
+           build=replacing(resolve_reads_draft_layers=False),
+           reaches=draft_only_backend),
     Mutant("mrv2_lora_capture_key_without_has_lora", "mrv2_0_33", "lora",
            "capture_model captures without has_lora (vLLM #43160's bug): the compiled pieces' graphs are keyed "
            "BatchDescriptor(has_lora=False) while serving looks them up with has_lora=True, so every PIECEWISE "
            "LoRA batch captures anew while serving",
            kills=frozenset(['P4', 'P5']),
-           build=replacing(capture_key_lora=False)),
+           build=replacing(capture_key_lora=False),
+           reaches=lora),
     Mutant("mrv2_lora_dispatch_ignores_active", "mrv2_0_34", "lora",
            "execute_model dispatches with num_active_loras=0 whatever its requests ask for: a LoRA batch "
            "replays the graph captured without adapters",
            kills=frozenset(['P7']),
-           build=replacing(dispatch_reads_loras=False)),
+           build=replacing(dispatch_reads_loras=False),
+           reaches=lora),
     Mutant("mrv2_pp_first_stage_eager", "mrv2_0_34", "stages",
            "the first pipeline stage runs every step eagerly for a reason of its own (as if its multimodal "
            "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "
