@@ -188,12 +188,8 @@ class _KVConnector:
 
 
 class _LoRAManager:
-    """The adapter manager ``LoRAModelRunnerMixin`` drives (``LRUCacheWorkerLoRAManager``): holds the
-    adapters it is given and activates them; there are no LoRA layers to load their weights into."""
-
-    def __init__(self) -> None:
-        self.adapters: set[int] = set()
-        self.active: set[int] = set()
+    """The adapter manager ``LoRAModelRunnerMixin`` drives (``LRUCacheWorkerLoRAManager``): there are no
+    LoRA layers to load the dummy adapters' weights into, so adding and activating them does nothing."""
 
     def get_dummy_lora_warmup_rank(self, rank: int) -> int:
         return rank
@@ -202,15 +198,13 @@ class _LoRAManager:
         return contextlib.nullcontext()
 
     def add_dummy_lora(self, lora_request, rank: int) -> bool:
-        self.adapters.add(lora_request.lora_int_id)
         return True
 
     def remove_all_adapters(self) -> None:
-        self.adapters.clear()
-        self.active.clear()
+        pass
 
     def set_active_adapters(self, lora_requests, lora_mapping) -> None:
-        self.active = {r.lora_int_id for r in lora_requests}
+        pass
 
 
 def kv_cache_config() -> types.SimpleNamespace:
