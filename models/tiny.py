@@ -2,9 +2,9 @@
 
 Each forward is two compute pieces around an attention-like op, the op vLLM splits a compiled
 graph at (``CompilationConfig._attention_ops``) and breaks a breakable capture at. The op writes
-into a caller-provided output buffer, as ``unified_attention_with_output`` does, and is decorated
-with vLLM's ``eager_break_during_capture`` (``compilation/breakable_cudagraph.py:66-119`` in
-0.30.0), imported lazily so this module imports without vLLM. Inputs come from static buffers the
+into a caller-provided output buffer, as ``unified_attention_with_output`` does; the replay passes
+it in decorated as the release decorates its own (``contract/real/attention_op.py``), so this module
+imports without vLLM. Inputs come from static buffers the
 model owns, sliced per batch like the runner's persistent ``input_ids`` buffer, so a replay sees
 the addresses its capture saw.
 
@@ -24,16 +24,6 @@ HIDDEN_SIZE = 8
 def attention(query: torch.Tensor, output: torch.Tensor) -> None:
     """Attention stand-in: writes its result into ``output`` and returns nothing."""
     output.copy_(torch.tanh(query))
-
-
-def breakable_attention() -> Callable[[torch.Tensor, torch.Tensor], None]:
-    """``attention`` under vLLM's ``eager_break_during_capture``: run eagerly between two graph
-    segments while a breakable capture is open, inline otherwise. vLLM 0.29.0 decides at
-    decoration time (returns the function itself when breakable is off), so this is called
-    when a model is built, after the scenario has set ``VLLM_USE_BREAKABLE_CUDAGRAPH``."""
-    from vllm.compilation.breakable_cudagraph import eager_break_during_capture
-
-    return eager_break_during_capture(attention)
 
 
 class TinyModel(torch.nn.Module):

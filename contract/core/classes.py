@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from contract.core.events import describe_event, event_to_json
 from contract.core.observation import Action, StepRecord
-from contract.core.properties import LORA_CASE, Violation
+from contract.core.properties import ATTENTION_IN_SEGMENT, LORA_CASE, PADDED_REQUESTS, Violation
 from contract.core.scenario import DrafterKind, Scenario
 from contract.core.sizes import DIFFERENT_MODES, DIFFERENT_TOKENS, RANK_HUNG
 
@@ -47,6 +47,8 @@ STOPS_AT_START_UP = "vLLM stops at start-up"
 STOPS_WHEN_SERVING = "vLLM stops when serving"
 ILLEGAL_SHAPE = "FULL graph of a shape the attention backend cannot replay"
 LORA_CASE_SHORT = "graph captured for fewer LoRA adapters than the batch has"
+ATTENTION_CAPTURED = ATTENTION_IN_SEGMENT
+BREAKABLE_PADDED = PADDED_REQUESTS
 UNWANTED_GRAPH = "graph under speculative_config.enforce_eager"
 GRAPH_UNDER_NONE = "graph under cudagraph_mode NONE"
 GRAPH_IN_PROFILE_RUN = "graph in profile_run's eager pass"
@@ -113,7 +115,7 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
     if p == "lost graphs":  # a differential's lost graphs: batches the base served run eagerly
         return Severity.EAGER_FALLBACK
     if p == "P7":
-        return Severity.WRONG_RESULT if what == LORA_CASE_SHORT else Severity.UNSUPPORTED_SHAPE
+        return Severity.WRONG_RESULT if what in (LORA_CASE_SHORT, ATTENTION_CAPTURED) else Severity.UNSUPPORTED_SHAPE
     if p == "P9":
         return Severity.EAGER_FALLBACK if what == DUMMY_UNALIGNED else Severity.HANG
     if p == "P2" or (p == "P5" and what == CROSS_MODE_REPLAY):
@@ -181,7 +183,10 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         replayed_elsewhere = any(a.action is Action.REPLAYED for a in d.acting)
         return d.role, d.runtime_mode.name, CROSS_MODE_REPLAY if replayed_elsewhere else RECAPTURE
     if v.property == "P7":
-        return d.role, d.runtime_mode.name, LORA_CASE_SHORT if LORA_CASE in v.message else ILLEGAL_SHAPE
+        what = (LORA_CASE_SHORT if LORA_CASE in v.message
+                else ATTENTION_CAPTURED if ATTENTION_IN_SEGMENT in v.message
+                else BREAKABLE_PADDED if PADDED_REQUESTS in v.message else ILLEGAL_SHAPE)
+        return d.role, d.runtime_mode.name, what
     if v.property == "P8":
         what = (GRAPH_UNDER_NONE if "under cudagraph_mode NONE" in v.message
                 else MODE_NOT_CONFIGURED if "does not name" in v.message

@@ -20,7 +20,8 @@ from contract.core.scenario import DrafterKind
 class Mutant:
     name: str
     base: str  # built-in policy the mutant changes
-    # policy, wrapper, dispatcher, resolve, compile, capture-window, manager, speculator, profiling, ranks, stages
+    # policy, wrapper, dispatcher, resolve, compile, capture-window, manager, speculator, profiling, ranks, stages,
+    # lora, attention
     area: str
     description: str
     kills: frozenset[str] = frozenset()  # what the verifier may report first: properties, or "halt"

@@ -74,6 +74,9 @@ class Dispatch:
     error: str | None = None
     previously_captured: bool = False  # this (role, mode, descriptor) completed a capture before
     spec_step_idx: int | None = None  # MRV2 multi-module MTP: the module step this forward ran
+    # A breakable capture under PIECEWISE ran the attention op inside a graph segment instead of
+    # breaking the graph at it (no ``eager_break_during_capture`` on the op).
+    attention_captured: bool = False
 
     @property
     def acting(self) -> tuple[LayerAction, ...]:
@@ -97,6 +100,8 @@ class Dispatch:
         }
         if self.spec_step_idx is not None:
             out["spec_step_idx"] = self.spec_step_idx
+        if self.attention_captured:
+            out["attention_captured"] = True
         if self.error:
             out["error"] = self.error
         return out

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.core import halts
-from contract.core.events import CaptureModel, LoadModel
+from contract.core.events import CaptureModel, ExecuteModel, LoadModel, batch_requests
 from contract.core.modes import FULL, NONE, PIECEWISE, AttentionCGSupport, CUDAGraphMode
 from contract.core.observation import (
     GLOBAL_POOL,
@@ -22,7 +22,7 @@ from contract.core.observation import (
     LayerKind,
     StepRecord,
 )
-from contract.core.scenario import DrafterKind, Runner, Scenario
+from contract.core.scenario import MAX_NUM_SEQS, DrafterKind, Runner, Scenario
 
 
 @dataclass(frozen=True)
@@ -239,11 +239,52 @@ def lora_legality(scenario: Scenario, record: StepRecord) -> list[Violation]:
 
 
 LORA_CASE = "captured for the LoRA case"
+ATTENTION_IN_SEGMENT = "attention op captured inside a breakable graph segment"
+
+
+def breakable_attention(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    """A breakable PIECEWISE capture must break at the attention op, which reads the batch's own
+    metadata at each replay: an op captured into a segment replays the capture's batch
+    (``eager_break_during_capture``, ``34:compilation/breakable_cudagraph.py:75-124``, on
+    ``unified_attention_with_output``, ``34:model_executor/layers/attention/attention.py:800``)."""
+    if not d.attention_captured:
+        return None
+    return (f"{_where(d)}: {ATTENTION_IN_SEGMENT} (no eager_break_during_capture on it): every replay "
+            f"reruns the capture's attention metadata")
+
+
+PADDED_REQUESTS = "breakable PIECEWISE graph replayed for a batch padded with empty requests"
+
+
+def breakable_requests(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    """MRV2's PIECEWISE descriptors carry ``num_reqs=None``: a breakable graph's break-point ops (the
+    attention op and the kernels marked like it) run eagerly and read the real batch from the forward
+    context, so a descriptor padded to more requests than the batch has hands them zero-length
+    requests (``34:v1/worker/gpu/cudagraph_utils.py:364-372``; vLLM #49302 restored it after #48822)."""
+    if runner is not Runner.MRV2 or not isinstance(record.event, ExecuteModel):
+        return []
+    if record.ranks and record.ranks[0].batch:
+        requests = record.ranks[0].batch[0]
+    else:
+        requests = batch_requests(record.event, scenario.uniform_decode_query_len, MAX_NUM_SEQS)
+    out = []
+    for i, d in enumerate(record.dispatches):
+        padded = getattr(d.batch_descriptor, "num_reqs", None)
+        if (d.role == "target" and d.context == "execute_model" and d.runtime_mode == PIECEWISE
+                and padded is not None and padded > requests
+                and any(a.kind is LayerKind.BreakableCUDAGraphWrapper for a in d.acting)):
+            out.append(Violation("P7", record.index, f"{_where(d)}: a {PADDED_REQUESTS} ({padded} for its "
+                                 f"{requests}): its eager break-point ops read the padded batch", i))
+    return out
+
+
 _shape_legality = _per_dispatch(shape_legality, "P7")
+_breakable_attention = _per_dispatch(breakable_attention, "P7")
 
 
 def shape_and_lora_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
-    return _shape_legality(scenario, runner, record) + lora_legality(scenario, record)
+    return (_shape_legality(scenario, runner, record) + lora_legality(scenario, record)
+            + _breakable_attention(scenario, runner, record) + breakable_requests(scenario, runner, record))
 
 
 def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
@@ -422,7 +463,9 @@ PROPERTIES: dict[str, Property] = {
                  "a FULL graph is captured or replayed only for batches the minimum AttentionCGSupport of the "
                  "backends it runs allows (ALWAYS any, UNIFORM_BATCH uniform, UNIFORM_SINGLE_TOKEN_DECODE one token "
                  "per request, NEVER none); a varlen-decode graph needs ALWAYS or a declared varlen bound; a "
-                 "batch of k active LoRA adapters is served only by a graph captured for a LoRA case of at least k",
+                 "batch of k active LoRA adapters is served only by a graph captured for a LoRA case of at least k; a "
+                 "breakable PIECEWISE capture breaks at the attention op (eager_break_during_capture) instead of "
+                 "capturing it, and (MRV2) a breakable PIECEWISE graph serves its batch unpadded in requests",
                  shape_and_lora_legality),
         Property("P8", "graph-coverage",
                  "each batch is served by the strongest graph the documented capture sizes give it, in a mode "

@@ -43,6 +43,7 @@ class Recorder:
     active: list[Call] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     ran_eager: bool = False
+    attention_captured: bool = False
     runtime_mode: str = "NONE"
 
     def label(self, wrapper: object, label: str, kind: str) -> None:
@@ -50,7 +51,7 @@ class Recorder:
 
     def start(self, runtime_mode: str) -> None:
         self.calls, self.active = [], []
-        self.ran_eager, self.runtime_mode = False, runtime_mode
+        self.ran_eager, self.attention_captured, self.runtime_mode = False, False, runtime_mode
 
     def enter(self, wrapper: object) -> Call:
         label, kind = self.labels.get(id(wrapper), (f"?:{type(wrapper).__name__}", type(wrapper).__name__))
@@ -86,6 +87,19 @@ class Recorder:
     def compute_ran(self) -> None:
         if SimCuda.depth == 0:
             self.ran_eager = True
+
+    def attention_ran(self, breakable_capture_open: bool) -> None:
+        """The attention op ran: inside a graph segment of an open breakable capture, under a
+        mode other than FULL, it was captured instead of breaking the graph."""
+        if breakable_capture_open and SimCuda.depth > 0 and self.runtime_mode != "FULL":
+            self.attention_captured = True
+
+    def dispatch_fields(self) -> dict:
+        """What the forward showed, in ``Dispatch.to_json``'s keys."""
+        out = {"layers": self.layers(), "ran_eager": self.ran_eager}
+        if self.attention_captured:
+            out["attention_captured"] = True
+        return out
 
     def layers(self) -> list[dict]:
         out: list[dict] = []

@@ -3,6 +3,7 @@
 from contract.core.family import Family
 from contract.core.forward_context import BatchDescriptor
 from contract.core.scenario import Runner, Scenario
+from contract.real.attention_op import ATTENTION_MODULE
 from contract.real.installed import release
 from contract.runners.mrv2 import branch
 from contract.runners.mrv2.model.cudagraph_utils import BED
@@ -46,8 +47,9 @@ FAMILY = Family(
     descriptor_from_json=descriptor_from_json,
     profiling_skipped=profiling_skipped,
     # What the replay imports first, its speculators, and the modules those call into that the
-    # replay's decision paths cite (graph_capture, get_uniform_decode_token_count): their code runs too.
-    replays=MODULES + (SPECULATORS, "vllm.distributed.parallel_state", "vllm.v1.worker.utils"),
+    # replay's decision paths cite (graph_capture, get_uniform_decode_token_count), and the stand-in
+    # models' attention (unified_attention_with_output, contract/real/attention_op.py): their code runs too.
+    replays=MODULES + (SPECULATORS, "vllm.distributed.parallel_state", "vllm.v1.worker.utils", ATTENTION_MODULE),
     markers=(branch.MANAGER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,

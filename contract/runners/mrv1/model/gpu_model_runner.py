@@ -137,6 +137,7 @@ class _Walk:
         self.depth = 0
         self.breakable_active = False
         self.ran_eager = False
+        self.attention_captured = False
         self.completed = False  # a capture finished on this call
 
     def _entry(self, layer: str, key: object) -> Entry | None:
@@ -171,6 +172,11 @@ class _Walk:
         self._act(layer, kind, node.runtime_mode, node.runnable, index + 1, isinstance(node, BreakableCUDAGraphWrapper))
 
     def _raw(self, node: RawModel) -> None:
+        # The model's attention op breaks an open breakable capture only when the release marks it;
+        # under FULL it runs inside the graph either way (``eager_break_during_capture``,
+        # ``33:compilation/breakable_cudagraph.py:99-125``).
+        if self.breakable_active and self.mode != FULL and not self.policy.attention_eager_break:
+            self.attention_captured = True
         compiled = self.state.compiled_drafter if self.role == "drafter" else self.state.compiled_target
         if compiled and self.mode == PIECEWISE:
             # Per-piece CUDAGraphWrapper(PIECEWISE)s built by wrap_with_cudagraph_if_needed
@@ -246,6 +252,7 @@ class _Step:
                 ran_eager=walk.ran_eager,
                 error=walk.error,
                 previously_captured=(role, mode, desc) in state.graphs,
+                attention_captured=walk.attention_captured,
             )
         )
         if walk.completed:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from contract.core import resolve
 from contract.core.forward_context import BatchDescriptor
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
-from contract.core.mutant import Mutant, draft_only_backend, on_ranks, replacing, speculative
+from contract.core.mutant import Mutant, breakable, draft_only_backend, on_ranks, replacing, speculative
 from contract.runners.mrv1.model import cudagraph_dispatcher as dispatcher
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
@@ -215,6 +215,12 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P1', 'P0', 'P4']),
            build=replacing(resolve_reads_draft_layers=False),
            reaches=draft_only_backend),
+    Mutant("attention_without_eager_break", "vllm_0_30", "attention",
+           "unified_attention_with_output loses @eager_break_during_capture: a breakable PIECEWISE capture "
+           "records the attention op, with the capture's metadata, into its graph segment",
+           kills=frozenset(['P7']),
+           build=replacing(attention_eager_break=False),
+           reaches=breakable),
     Mutant("compile_at_resolve", "vllm_0_30", "compile",
            "inner PIECEWISE wrappers decided at resolve time from the resolved mode instead of at the first "
            "forward from the load-time mode",

@@ -59,6 +59,9 @@ class Policy:
     capture_model_closes_window: bool = True  # set_cudagraph_capturing_enabled(False), :6916
     dp_syncs_mode: bool = True  # coordinate_batch_across_dp agrees the minimum mode (dp_utils.py)
     resolve_reads_draft_layers: bool = True  # the minimum support over the drafter's backends too
+    # ``@eager_break_during_capture`` on ``unified_attention_with_output``
+    # (``33:model_executor/layers/attention/attention.py:770``)
+    attention_eager_break: bool = True
 
     @property
     def engine(self) -> Engine:

@@ -25,6 +25,7 @@ from contract.runners.mrv1.real import compiled, wrapping
 from contract.real.parallel_state import install_parallel_state
 from contract.real import decisions, device, errors, observe, platform, ranks
 from contract.runners.mrv1.real import gpu_model_runner as stand_in
+from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER, AttentionOp
 from contract.real.observe import Recorder
 from contract.real.simcuda import SimCuda
 from contract.real.vllm_config import MAX_NUM_BATCHED_TOKENS, ConfigCache
@@ -272,9 +273,8 @@ class RealRun:
             "context": self.context,
             "runtime_mode": runtime_mode.name,
             "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens),
-            "layers": self.recorder.layers(),
             "capture_phase": self.capture_phase,
-            "ran_eager": self.recorder.ran_eager,
+            **self.recorder.dispatch_fields(),
         }
         if error:
             dispatch["error"] = error
@@ -353,15 +353,26 @@ class RealRun:
             self.session.decisions.close_step(event.kind)
         return self.step
 
+    def _attention(self, role: str):
+        """The model's attention op: the release's own, on a layer registered in the configs the
+        role's forward contexts are set up with (``contract/real/attention_op.py``)."""
+        from models.tiny import attention
+
+        op = AttentionOp(DRAFT_LAYER if role == "drafter" else TARGET_LAYER, attention, self.recorder.attention_ran)
+        op.register(self.runner.vllm_config)
+        if role == "drafter":
+            op.register(getattr(self.drafter, "vllm_config", self.runner.vllm_config))
+        return op
+
     def on_load_model(self, event: LoadModel) -> None:
         """``load_model``: the models are loaded, then the installed release's wrapping block runs.
         The wrapped models are then called through probes that record each forward."""
-        from models.tiny import TinyModel, breakable_attention
+        from models.tiny import TinyModel
 
         for role, name in (("target", "model"), ("drafter", "drafter.model")):
             if role == "drafter" and self.drafter is None:
                 continue
-            raw = TinyModel(name, MAX_NUM_BATCHED_TOKENS, attention_op=breakable_attention(),
+            raw = TinyModel(name, MAX_NUM_BATCHED_TOKENS, attention_op=self._attention(role),
                             device=self.runner.device)
             raw.on_compute = self.recorder.compute_ran
             self.raw[role] = raw

@@ -151,11 +151,16 @@ def varlen_decode_cudagraph_capture_grid(max_tokens: int) -> list[int]:
 
 def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[int, ...], q: int, *,
           target_q: int, use_breakable_cg: bool, varlen_decode: bool = False,
-          decode_request_sizes: list[int] | None = None, lora_cases: tuple[int, ...] = (0,)) -> CudaGraphManager:
+          decode_request_sizes: list[int] | None = None, lora_cases: tuple[int, ...] = (0,),
+          breakable_pads_requests: bool = False) -> CudaGraphManager:
     """``CudaGraphManager.__init__`` + ``_init_candidates`` (``33:…:256-394``, ``34:…:289-426``): each
-    descriptor once per LoRA case, the case varying fastest (``product(sizes, lora_capture_cases)``)."""
-    token_keyed, decode = _descs_0_33(mode, capture_sizes, q, varlen_decode, lora_cases) if release == "0.33" else \
-        _descs_0_34(mode, capture_sizes, q, target_q, varlen_decode, decode_request_sizes, lora_cases)
+    descriptor once per LoRA case, the case varying fastest (``product(sizes, lora_capture_cases)``).
+    Token-keyed PIECEWISE descriptors pad no requests (``num_reqs=None``, ``33:…:355-363``,
+    ``34:…:364-372``): break-point kernels read the real batch; ``breakable_pads_requests`` pads them
+    under a breakable runner as FULL ones are (vLLM #48822, mutants only)."""
+    pads = use_breakable_cg and breakable_pads_requests
+    token_keyed, decode = _descs_0_33(mode, capture_sizes, q, varlen_decode, lora_cases, pads) if release == "0.33" \
+        else _descs_0_34(mode, capture_sizes, q, target_q, varlen_decode, decode_request_sizes, lora_cases, pads)
     by_mode: dict[CUDAGraphMode, list[BED]] = {}
     for d in decode + token_keyed:
         by_mode.setdefault(d.cg_mode, []).append(d)
@@ -191,7 +196,7 @@ def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[in
                             use_breakable_cg=use_breakable_cg, lora_cases=lora_cases)
 
 
-def _descs_0_33(mode, sizes, q, varlen, lora_cases):
+def _descs_0_33(mode, sizes, q, varlen, lora_cases, pads=False):
     token_keyed: list[BED] = []
     decode: list[BED] = []
     if not (mode and sizes):
@@ -211,12 +216,12 @@ def _descs_0_33(mode, sizes, q, varlen, lora_cases):
                     if d not in decode:
                         decode.append(d)
             if mixed_mode:
-                token_keyed.append(BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None,
+                token_keyed.append(BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL or pads else None,
                                        num_active_loras=loras))
     return token_keyed, decode
 
 
-def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes, lora_cases):
+def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes, lora_cases, pads=False):
     token_keyed: list[BED] = []
     decode: list[BED] = []
     if mode == NONE:
@@ -236,7 +241,7 @@ def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes, lora_cas
                            for loras in lora_cases]
     if mixed_mode:
         for n in sorted(sizes):
-            token_keyed += [BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL else None,
+            token_keyed += [BED(mixed_mode, n, min(n, MAX_NUM_SEQS) if mixed_mode == FULL or pads else None,
                                 num_active_loras=loras) for loras in lora_cases]
     return token_keyed, decode
 

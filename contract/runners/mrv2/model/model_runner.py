@@ -180,13 +180,13 @@ class _Step:
     # -- one forward -------------------------------------------------------------------------
 
     def _record(self, role: str, desc: BED, actions: list[LayerAction], ran_eager: bool, error: str | None,
-                step_idx: int | None, manager: CudaGraphManager | None) -> Dispatch:
+                step_idx: int | None, manager: CudaGraphManager | None, attention_captured: bool = False) -> Dispatch:
         key = desc if step_idx is None else (desc, step_idx)
         layer = manager.layer if manager is not None else role
         d = Dispatch(role=role, context=self.context, runtime_mode=desc.cg_mode, batch_descriptor=desc,
                      layers=tuple(actions), capture_phase=self.capture_phase, capturing_enabled=None,
                      ran_eager=ran_eager, error=error, previously_captured=(layer, key) in self.state.completed,
-                     spec_step_idx=step_idx)
+                     spec_step_idx=step_idx, attention_captured=attention_captured)
         self.dispatches.append(d)
         if error:
             self.halt(error)
@@ -237,7 +237,7 @@ class _Step:
         """``run_pw_graph`` (``33:…/cudagraph_utils.py:578-583``, ``34:…:627-632``)."""
         actions: list[LayerAction] = []
         for_key = desc if step_idx is None else (desc, step_idx)
-        ran_eager, error = False, None
+        ran_eager, error, attention_captured = False, None, False
         if manager.use_breakable_cg:
             if not manager.breakable_runner:
                 error = "AssertionError: assert self.breakable_cg_runner is not None"
@@ -248,13 +248,16 @@ class _Step:
                 if self._lazy(actions, manager.runner_layer, LayerKind.BreakableCUDAGraphWrapper,
                               self.policy.breakable_runner_mode, key, for_key, 0):
                     self._model(role, PIECEWISE, bd, actions, for_key, 1)
+                    # The attention op breaks the capture only when the release marks it
+                    # (``eager_break_during_capture``, ``34:compilation/breakable_cudagraph.py:107-124``).
+                    attention_captured = not self.policy.attention_eager_break
             else:
                 actions.append(LayerAction(manager.runner_layer, LayerKind.BreakableCUDAGraphWrapper,
                                            self.policy.breakable_runner_mode, Action.PASSED))
                 ran_eager = self._model(role, PIECEWISE, bd, actions, for_key, 0)
         else:
             ran_eager = self._model(role, PIECEWISE, bd, actions, for_key, 0)
-        self._record(role, desc, actions, ran_eager, error, step_idx, manager)
+        self._record(role, desc, actions, ran_eager, error, step_idx, manager, attention_captured)
         if not error and any(a.action is Action.CAPTURED for a in actions):
             self._complete(manager, role, for_key)
 
@@ -351,7 +354,8 @@ class _Step:
         lora_cases = cgu.lora_capture_cases(s.max_loras, s.specialize_active_lora)  # 33:…:771, 34:…:808
         target = cgu.build("target:CudaGraphManager", p.release, r, sizes, q, target_q=q,
                            use_breakable_cg=p.use_breakable_cg(s.breakable, r),
-                           varlen_decode=s.adaptive_verification, lora_cases=lora_cases)
+                           varlen_decode=s.adaptive_verification, lora_cases=lora_cases,
+                           breakable_pads_requests=p.breakable_pads_requests)
         managers = spec_decode.SpeculatorManagers()
         if s.drafter is DrafterKind.WITH_MODEL:
             managers = spec_decode.init_cudagraph_manager(s, p, r, sizes)

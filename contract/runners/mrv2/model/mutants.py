@@ -55,6 +55,18 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P1']),
            build=replacing(breakable_runner_mode=FULL),
            reaches=breakable),
+    Mutant("mrv2_attention_without_eager_break", "mrv2_0_34", "attention",
+           "unified_attention_with_output loses @eager_break_during_capture: the breakable runner's PIECEWISE "
+           "capture records the attention op, with the capture's metadata, into its graph segment",
+           kills=frozenset(['P7']),
+           build=replacing(attention_eager_break=False),
+           reaches=breakable),
+    Mutant("mrv2_breakable_pads_requests", "mrv2_0_34", "manager",
+           "_init_candidates pads the request count of a breakable runner's PIECEWISE descriptors as it pads "
+           "FULL ones (vLLM #48822): eager break-point ops read a batch with zero-length trailing requests",
+           kills=frozenset(['P7']),
+           build=replacing(breakable_pads_requests=True),
+           reaches=breakable),
     Mutant("mrv2_run_fullgraph_captures", "mrv2_0_33", "manager",
            "run_fullgraph captures a missing FULL graph lazily instead of asserting",
            equivalent="every descriptor dispatch can return is captured before _graphs_captured is set, and "

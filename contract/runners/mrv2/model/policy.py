@@ -113,6 +113,10 @@ class Mrv2Policy:
     # execute_model dispatches with get_num_active_loras_for_dispatch's count (33:…/model_runner.py:1818-1823,
     # 34:…:1880-1885); False: with 0 (mutants only)
     dispatch_reads_loras: bool = True
+    # @eager_break_during_capture on unified_attention_with_output (34:model_executor/layers/attention/attention.py:800)
+    attention_eager_break: bool = True
+    # A breakable runner's PIECEWISE descriptors carry num_reqs as FULL ones do (vLLM #48822; mutants only)
+    breakable_pads_requests: bool = False
 
     @property
     def engine(self) -> Engine:

@@ -49,7 +49,8 @@ def stage_managers(scenario: Scenario, policy, modes, config, available: bool) -
         r = resolved.cudagraph_mode
         out.append(cgu.build(f"stage{stage}:CudaGraphManager", policy.release, r, resolved.cudagraph_capture_sizes,
                              scenario.uniform_decode_query_len, target_q=scenario.uniform_decode_query_len,
-                             use_breakable_cg=policy.use_breakable_cg(scenario.breakable, r)))
+                             use_breakable_cg=policy.use_breakable_cg(scenario.breakable, r),
+                             breakable_pads_requests=policy.breakable_pads_requests))
     return tuple(out)
 
 

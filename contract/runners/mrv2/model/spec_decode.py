@@ -57,7 +57,8 @@ def init_cudagraph_manager(scenario: Scenario, policy, target_mode: CUDAGraphMod
     def manager(layer, mode, query_len, *, decode_request_sizes=None, varlen_decode=False):
         return cgu.build(layer, release, mode, capture_sizes, query_len, target_q=q,
                          use_breakable_cg=policy.use_breakable_cg(scenario.breakable, mode),
-                         decode_request_sizes=decode_request_sizes, varlen_decode=varlen_decode)
+                         decode_request_sizes=decode_request_sizes, varlen_decode=varlen_decode,
+                         breakable_pads_requests=policy.breakable_pads_requests)
 
     spec = scenario.speculator
     if spec is Speculator.STANDALONE_AR and release == "0.33":

@@ -32,9 +32,8 @@ import types
 from contract.core.modes import AttentionCGSupport as ModelSupport
 from contract.core.properties import layers_support
 from contract.core.scenario import Scenario
+from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER
 
-TARGET_LAYER = "model.layers.0.self_attn.attn"
-DRAFT_LAYER = "drafter.layers.0.self_attn.attn"
 
 
 def _group(scenario: Scenario, role: str, layer: str, vllm_config, stage: int = 0):

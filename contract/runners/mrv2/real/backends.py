@@ -11,8 +11,8 @@ backend (no Inductor, no C++ toolchain) and with every ``pass_config`` switch of
 passes need CUDA kernels that do not exist on CPU (``compilation/passes/pass_manager.py``).
 
 The forward is two compute pieces around an attention stand-in, ``simcg::attention``, which writes
-into a caller-provided buffer and is decorated with ``eager_break_during_capture`` like
-``unified_attention_with_output``; it is added to ``splitting_ops`` exactly when vLLM's config says
+into a caller-provided buffer and is decorated with ``eager_break_during_capture`` where the release
+decorates ``unified_attention_with_output`` (``contract/real/attention_op.py``); it is added to ``splitting_ops`` exactly when vLLM's config says
 the splitting ops hold the attention ops, so the graph splits where vLLM would split a real model.
 ``simcg::compute`` runs a compute piece and tells the replay, so an eager run is seen even inside
 a compiled graph (custom ops are opaque to Dynamo and run at every call).
@@ -24,13 +24,14 @@ from collections.abc import Callable
 
 import torch
 
+from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER, AttentionOp
+
 ATTENTION_OP = "simcg::attention"
 MODEL_LABEL = "model"  # the target's raw model, as the model names it
 HIDDEN_SIZE = 8
 VOCAB_SIZE = 16
 
 _on_compute: list[Callable[[], None]] = []
-_attention: list[Callable] = []
 
 
 @torch.library.custom_op("simcg::compute", mutates_args=())
@@ -45,24 +46,40 @@ def _(x, weight):
     return torch.empty_like(x)
 
 
+_attention: dict[str, AttentionOp] = {}  # a model's op key -> its attention op
+_on_attention: list[Callable[[bool], None]] = []
+
+
 @torch.library.custom_op(ATTENTION_OP, mutates_args=("output",))
-def attention(query: torch.Tensor, output: torch.Tensor) -> None:
-    _attention[0](query, output)
+def attention(query: torch.Tensor, output: torch.Tensor, key: str) -> None:
+    _attention[key](query, output)
 
 
 @attention.register_fake
-def _(query, output):
+def _(query, output, key):
     return None
 
 
-def install(on_compute: Callable[[], None]) -> None:
-    """Once per process, after vLLM is imported: route compute notices, decorate the op's kernel."""
-    from vllm.compilation.breakable_cudagraph import eager_break_during_capture
+def install(on_compute: Callable[[], None], on_attention: Callable[[bool], None]) -> None:
+    """Once per process, after vLLM is imported: route compute and attention notices."""
+    _on_compute[:] = [on_compute]
+    _on_attention[:] = [on_attention]
 
+
+def _attention_op(vllm_config, layer_name: str) -> str:
+    """A new model's attention op (``contract/real/attention_op.py``), marked now, under the
+    scenario's settings; its key in ``_attention``."""
     from models.tiny import attention as kernel
 
-    _on_compute[:] = [on_compute]
-    _attention[:] = [eager_break_during_capture(kernel)]
+    key = f"{layer_name}#{len(_attention)}"
+    _attention[key] = AttentionOp(layer_name, kernel, lambda open_: _on_attention[0](open_))
+    _attention[key].register(vllm_config)
+    return key
+
+
+def register_attention(model, vllm_config) -> None:
+    """A model kept across traces: its attention layer into this trace's config."""
+    _attention[model.attention_key].register(vllm_config)
 
 
 def configure(vllm_config) -> None:
@@ -88,6 +105,7 @@ class TinyModel(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.eye(HIDDEN_SIZE) * 0.5, requires_grad=False)
         max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
         self.register_buffer("attn_output", torch.zeros(max_tokens, HIDDEN_SIZE), persistent=False)
+        self.attention_key = _attention_op(vllm_config, TARGET_LAYER)
         # A pipeline stage's model, as vLLM's models split: the first embeds, the others read the
         # stage before's hidden states; all but the last hand theirs on (``IntermediateTensors``).
         self.is_first_stage, self.is_last_stage = get_pp_group().is_first_rank, get_pp_group().is_last_rank
@@ -101,7 +119,7 @@ class TinyModel(torch.nn.Module):
         x = self.embed(input_ids) if self.is_first_stage else intermediate_tensors["hidden_states"]
         h = torch.ops.simcg.compute(x, self.weight)
         out = self.attn_output[: h.shape[0]]
-        torch.ops.simcg.attention(h, out)
+        torch.ops.simcg.attention(h, out, self.attention_key)
         hidden = torch.ops.simcg.compute(out, self.weight) * 2
         if self.is_last_stage:
             return hidden
@@ -121,6 +139,7 @@ class TinyDraftModel(torch.nn.Module):
         self.embed = torch.nn.Embedding(VOCAB_SIZE, hidden_size)
         max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
         self.register_buffer("attn_output", torch.zeros(max_tokens, hidden_size), persistent=False)
+        self.attention_key = _attention_op(vllm_config, DRAFT_LAYER)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor | None = None,
                 inputs_embeds=None, spec_step_idx: int = 0) -> torch.Tensor:
@@ -128,7 +147,7 @@ class TinyDraftModel(torch.nn.Module):
         x = self.embed(input_ids) if hidden_states is None else hidden_states
         h = torch.ops.simcg.compute(x, self.weight)
         out = self.attn_output[: h.shape[0]]
-        torch.ops.simcg.attention(h, out)
+        torch.ops.simcg.attention(h, out, self.attention_key)
         return torch.ops.simcg.compute(out, self.weight) * 2
 
 

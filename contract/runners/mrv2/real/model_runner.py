@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
+from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER
 from contract.runners.mrv2.real.blocks import Block, cut
 
 RUNNER = "GPUModelRunner"
@@ -146,7 +147,9 @@ class _ModelState:
         return {}
 
     def prepare_attn(self, *args, **kwargs):
-        return {}
+        """Per attention layer, its metadata: ``get_attention_context`` looks the layer up; the
+        stand-in kernel reads no metadata."""
+        return {TARGET_LAYER: None, DRAFT_LAYER: None}
 
     def capture_inner_cudagraphs(self, *args, **kwargs):
         return None  # only DeepSeek-V4.1's decoder replay has inner graphs

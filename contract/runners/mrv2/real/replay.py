@@ -188,7 +188,7 @@ class Session:
                 cls.__call__ = observe._spy(cls.__call__)
         observe.RECORDER = self.recorder
         SimCuda.listener = self.recorder.graph_event
-        backends.install(self.recorder.compute_ran)
+        backends.install(self.recorder.compute_ran, self.recorder.attention_ran)
         cudagraph_utils.install(self.cudagraph_utils, self._capture_listener)
         self.gpu_model_runner.lock_workspace = lambda: None  # locks a GPU workspace buffer after capture
 
@@ -238,6 +238,7 @@ class Session:
         key = (*config_key(scenario), scenario.model_compiled, stage)
         if key not in self._models:
             self._models[key] = backends.build(vllm_config, decorated=scenario.model_compiled).to(self.torch_device)
+        backends.register_attention(self._models[key], vllm_config)
         return self._models[key]
 
     def draft_model(self, scenario: Scenario, vllm_config, hidden_size: int):
@@ -248,6 +249,7 @@ class Session:
         key = (*config_key(scenario), scenario.draft_compiled, "draft", scenario.speculator, hidden_size)
         if key not in self._models:
             self._models[key] = spec_decode.draft_model(vllm_config, scenario, hidden_size).to(self.torch_device)
+        backends.register_attention(self._models[key], vllm_config)
         return self._models[key]
 
     def replay(self, scenario: Scenario, events: list[Event], dp_rank: int | None = None,
@@ -365,7 +367,8 @@ class RealRun:
         open_ = self._open
         if open_ is None:
             return
-        if "spec_step_idx" not in open_ and not self.recorder.calls and not self.recorder.ran_eager:
+        if ("spec_step_idx" not in open_ and not self.recorder.calls and not self.recorder.ran_eager
+                and not self.recorder.attention_captured):
             open_["spec_step_idx"] = step_idx
             return
         self.start(open_["context"], open_["runtime_mode"], open_["batch_descriptor"], open_["role"])
@@ -376,8 +379,7 @@ class RealRun:
         if open_ is None:
             return
         self._open = None
-        dispatch = {**open_, "layers": self.recorder.layers(), "capture_phase": self.capture_phase,
-                    "ran_eager": self.recorder.ran_eager}
+        dispatch = {**open_, "capture_phase": self.capture_phase, **self.recorder.dispatch_fields()}
         if error:
             dispatch["error"] = error
         if self.session.device == "cuda":

@@ -26,7 +26,8 @@ Stand-ins, each because the real one needs what a CPU without attention layers d
   ``prepare_prefill_inputs`` keeps its Python wrapper, whose returned token count the proposal
   dispatches, and only its launch is a stand-in; ``sample_draft`` returns draft token 0;
 - ``_build_attn_metadata``, ``_build_uniform_attn_metadata``, ``block_tables.compute_slot_mappings``
-  and standalone AR's ``expanded_slot_mappings``: no attention layer reads them;
+  and standalone AR's ``expanded_slot_mappings``: the stand-in attention kernel reads none of them
+  (``get_attention_context`` finds the draft layer's entry, ``None``);
 - the proposal's inputs (``input_batch``, the target's hidden states, sampled and rejected
   counts): the scheduler's side, written from the step's event as the target's are.
 
@@ -44,6 +45,7 @@ import numpy as np
 import torch
 
 from contract.runners.mrv2.real import backends
+from contract.real.attention_op import DRAFT_LAYER
 from contract.runners.mrv2.real.modules import SPECULATORS
 from contract.core.scenario import DrafterKind, Scenario, Speculator
 
@@ -128,7 +130,7 @@ class Observed:
         spec.sample_draft = lambda hidden_states, *a, **k: torch.zeros(hidden_states.shape[0], dtype=torch.int64)
         spec._prepare_decode_inputs = _no_op
         spec._build_uniform_attn_metadata = _no_op
-        spec._build_attn_metadata = lambda *a, **k: {}
+        spec._build_attn_metadata = lambda *a, **k: {DRAFT_LAYER: None}
         spec._update_draft_decode_metadata = _no_op
         spec.expanded_slot_mappings = torch.empty(0, spec.max_num_tokens + spec.max_num_reqs, dtype=torch.int64)
         for cls in type(spec).__mro__:
