@@ -94,9 +94,9 @@ class Recorder:
         if breakable_capture_open and SimCuda.depth > 0 and self.runtime_mode != "FULL":
             self.attention_captured = True
 
-    def dispatch_fields(self) -> dict:
+    def dispatch_fields(self, capture_phase: bool) -> dict:
         """What the forward showed, in ``Dispatch.to_json``'s keys."""
-        out = {"layers": self.layers(), "ran_eager": self.ran_eager}
+        out = {"layers": self.layers(), "capture_phase": capture_phase, "ran_eager": self.ran_eager}
         if self.attention_captured:
             out["attention_captured"] = True
         return out

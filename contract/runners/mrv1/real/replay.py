@@ -273,8 +273,7 @@ class RealRun:
             "context": self.context,
             "runtime_mode": runtime_mode.name,
             "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens),
-            "capture_phase": self.capture_phase,
-            **self.recorder.dispatch_fields(),
+            **self.recorder.dispatch_fields(self.capture_phase),
         }
         if error:
             dispatch["error"] = error

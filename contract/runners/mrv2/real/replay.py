@@ -379,7 +379,7 @@ class RealRun:
         if open_ is None:
             return
         self._open = None
-        dispatch = {**open_, "capture_phase": self.capture_phase, **self.recorder.dispatch_fields()}
+        dispatch = {**open_, **self.recorder.dispatch_fields(self.capture_phase)}
         if error:
             dispatch["error"] = error
         if self.session.device == "cuda":
