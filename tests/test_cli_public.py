@@ -175,11 +175,12 @@ def test_no_stdout_and_nothing_to_say_keeps_the_verdict(tmp_path):
     mine = tmp_path / "my_branch.py"
     mine.write_text("from contract.api import Stacks\n\n\ndef load_model(ctx):\n"
                     "    return Stacks(ctx.model, ctx.drafter_model)  # forgets every wrapper\n")
-    assert shell(f"CLI verify --policy {mine} --quiet >&-").returncode == 1
+    assert shell(f"CLI verify --policy {mine} --profile dev --seed 1 --quiet >&-").returncode == 1
 
 
 @pytest.mark.parametrize("argv", [["replay", TRACE, "--json"], ["--version"], ["env", "list", "--json"],
-                                  ["verify", "--policy", "vllm_0_30", "--json"]], ids=lambda a: " ".join(map(str, a[:2])))
+                                  ["verify", "--policy", "vllm_0_30", "--profile", "dev", "--json"]],
+                         ids=lambda a: " ".join(map(str, a[:2])))
 def test_a_full_stdout_is_one_line_and_exit_2(argv):
     done = shell("CLI " + " ".join(map(str, argv)) + " >/dev/full")
     assert done.returncode == 2, done.stderr

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXES = sorted(p.parent for p in (ROOT / "fixes").glob("*/fix.json"))
 # make test checks one accepted fix (MRV2, the newest runner); the rejected wrong fix below (0.33.0) and the
 # other shipped verdicts run under -m evidence (make evidence) and are recorded by make fixes.
-CHECKED = "mrv2-adaptive-verification-assert"
+CHECKED = "mrv2-draft-graphs-under-spec-enforce-eager"
 
 
 def newest_patch(folder: Path) -> tuple[str, str]:
