@@ -17,7 +17,8 @@ as vLLM's:
   ``dispatch_cg_and_sync_dp``, ``set_forward_context``, ``profile_cudagraph_memory`` of
   ``cudagraph_utils.py``, every ``CudaGraphManager`` / ``ModelCudaGraphManager`` method that decides
   candidates, captures, dispatches or replays, ``graph_capture``, the wrappers' ``__call__`` (the
-  breakable runner, the compiled pieces) and, at the first forward, ``VllmBackend.__call__`` and
+  breakable runner, the compiled pieces), the attention op's body ``unified_attention_with_output``
+  (``contract/real/attention_op.py``) and, at the first forward, ``VllmBackend.__call__`` and
   ``wrap_with_cudagraph_if_needed``.
 
 The harness's one point is the scheduler's side of a step (``decisions.MRV2_BATCH``): the
