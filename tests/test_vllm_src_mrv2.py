@@ -2,9 +2,9 @@
 recognised from ``CudaGraphManager.__init__`` and the tree's own ``use_breakable_cg`` and
 ``piecewise_capture_available`` expressions are what the model runs.
 
-The synthetic trees hold only those two statements, written here in vLLM's layout; the released
-0.34.0 tree is ``.venv-vllm-0.34.0``'s or the ``vllm/`` that ``CONTRACT_VLLM_0_34_SRC`` names (skipped
-without either, failed under ``CONTRACT_REQUIRE_VLLM=1``)."""
+The synthetic trees hold only those two statements and resolve's Mamba check, written here in
+vLLM's layout; the released 0.34.0 tree is ``.venv-vllm-0.34.0``'s or the ``vllm/`` that
+``CONTRACT_VLLM_0_34_SRC`` names (skipped without either, failed under ``CONTRACT_REQUIRE_VLLM=1``)."""
 
 import os
 import shutil
@@ -31,7 +31,7 @@ RELEASED_0_34 = mrv2_branch.RELEASED["0.34"]
 
 
 def mrv2_tree(root: Path, use_breakable_cg: str = RELEASED_0_34[0], available: str = RELEASED_0_34[1],
-              param: str = "decode_query_lens") -> Path:
+              param: str = "decode_query_lens", mamba: str = mrv2_branch.MAMBA_RELEASED) -> Path:
     gpu = root / "vllm" / "v1" / "worker" / "gpu"
     gpu.mkdir(parents=True)
     (gpu / "cudagraph_utils.py").write_text(
@@ -42,6 +42,12 @@ def mrv2_tree(root: Path, use_breakable_cg: str = RELEASED_0_34[0], available: s
         "class GPUModelRunner:\n"
         "    def initialize_kv_cache(self, kv_cache_config, is_profiling=False):\n"
         f"        piecewise_capture_available = {available}\n")
+    (root / "vllm" / "config").mkdir()
+    (root / "vllm" / "config" / "compilation.py").write_text(
+        "class CompilationConfig:\n"
+        "    def resolve_cudagraph_mode_and_sizes(self, kv_cache_config=None, max_num_reqs=None, is_profiling=False):\n"
+        f"        if {mamba}:\n"
+        "            raise ValueError('max_num_seqs exceeds available Mamba cache blocks')\n")
     return root
 
 
@@ -101,7 +107,7 @@ def test_released_0_34_tree_reads_as_its_release(tmp_path):
     pkg = released_0_34()
     assert branch.load(pkg).policy.name == "mrv2_0_34"
     edited = tmp_path / "vllm"
-    for rel in (mrv2_branch.MANAGER_FILE, mrv2_branch.RUNNER_FILE):
+    for rel in (mrv2_branch.MANAGER_FILE, mrv2_branch.RUNNER_FILE, mrv2_branch.COMPILATION_FILE):
         (edited / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(pkg / rel, edited / rel)
     path = edited / mrv2_branch.MANAGER_FILE
@@ -124,7 +130,7 @@ def _odd_tree(root: Path, odd: str, make) -> Path:
 
 
 ODD = {
-    "a FIFO in place of a release file": ("config/compilation.py", os.mkfifo, "is a FIFO, not a regular file"),
+    "a FIFO in place of a release file": ("config/parallel.py", os.mkfifo, "is a FIFO, not a regular file"),
     "a FIFO the release lacks": ("v1/worker/gpu/extra.py", os.mkfifo, "is a FIFO, not a regular file"),
     "a link to /dev/zero": ("envs.py", lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file"),
     "a file too large to be a source": ("config/vllm.py", lambda p: p.write_bytes(b"#" * (17 << 20)),

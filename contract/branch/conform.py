@@ -93,18 +93,19 @@ def corpus(family: Family, release_policy, tree, kind: str, entry: str, version:
            notes: cache.Notes) -> list[Trace]:
     """The release policy's corpus (``covering``: one trace per observation cell; ``full``: every
     trace; kept in the cache with the base's observations), then, when the tree's rules are not the
-    release's, the tree policy's covering traces of scenarios the first does not have."""
+    release's, the tree policy's covering traces the first does not have: of another scenario, or of
+    the same one with other events (the release stopped where the tree goes on)."""
     chosen = cache.load_corpus(f"{entry}-{kind}", notes)
     if chosen is None:
         progress.stage("", None, f"choosing the {kind} traces of vLLM {version}")
         traces = family.corpus(release_policy)
         chosen = corpus_mod.select(traces) if kind == "covering" else list(traces)
         cache.store_corpus(f"{entry}-{kind}", chosen)
-    seen = {t.scenario for t in chosen}
+    seen = {(t.scenario, tuple(t.events)) for t in chosen}
     if tree.release is None:
         for t in corpus_mod.select(family.corpus(tree.policy)):
-            if t.scenario not in seen:
-                seen.add(t.scenario)
+            if (t.scenario, tuple(t.events)) not in seen:
+                seen.add((t.scenario, tuple(t.events)))
                 t.name = f"branch-{t.name}"
                 chosen.append(t)
     return chosen

@@ -60,6 +60,10 @@ REASONS = {
         "`resolve_cudagraph_mode_and_sizes` raises ValueError with advice (try cudagraph_mode=PIECEWISE): FULL "
         "needs an attention backend that supports CUDA graphs at all (33:config/compilation.py:1403-1417, "
         "34:config/compilation.py:1566-1580)",
+    RESOLVE_REJECTED + "max_num_seqs (":
+        "`resolve_cudagraph_mode_and_sizes` raises ValueError with advice (lower max_num_seqs to the Mamba cache's "
+        "blocks or raise gpu_memory_utilization): a hybrid model's FULL graphs need a Mamba cache block per "
+        "request (33:config/compilation.py:1510-1532, 34:config/compilation.py:1659-1681)",
     RESOLVE_REJECTED + "No valid cudagraph sizes":
         "`adjust_cudagraph_sizes_for_spec_decode` raises ValueError with advice (adjust the capture sizes): "
         "33:config/compilation.py:1537-1565",

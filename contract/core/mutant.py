@@ -70,6 +70,11 @@ def lora(scenario) -> bool:
     return scenario.max_loras > 0
 
 
+def hybrid(scenario) -> bool:
+    """A model with Mamba layers: resolve's Mamba check reads its cache blocks."""
+    return scenario.mamba_cache_blocks is not None
+
+
 def full_graphs(scenario) -> bool:
     """A FULL dispatch needs a configured mode with full graphs: resolve never turns PIECEWISE or
     NONE into one, and the draft managers' modes follow the target's."""

@@ -278,13 +278,34 @@ def breakable_requests(scenario: Scenario, runner: Runner, record: StepRecord) -
     return out
 
 
+MAMBA_BLOCKS = "FULL graph of more requests than the Mamba cache has blocks"
+
+
+def mamba_blocks(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    """A hybrid model's FULL graph runs the Mamba decode kernel (``causal_conv1d_update``) on one cache
+    block per request of its descriptor, which asserts ``num_cache_lines >= batch`` while the graph is
+    captured, before any replay (vLLM #34094; resolve refuses the configuration since #34571,
+    ``34:config/compilation.py:1659-1681``). The target's layers hold the Mamba cache; memory
+    profiling's captures run on its own minimal cache, which resolve leaves unchecked (``is_profiling``)."""
+    blocks = scenario.mamba_cache_blocks
+    if blocks is None or d.role != "target" or d.runtime_mode != FULL or d.context == PROFILING_CONTEXT:
+        return None
+    requests = getattr(d.batch_descriptor, "num_reqs", None)
+    if requests is None or requests <= blocks or not any(a.action is Action.CAPTURED for a in d.acting):
+        return None
+    return (f"{_where(d)}: a {MAMBA_BLOCKS} ({requests} requests, {blocks} blocks) captured: "
+            f"causal_conv1d_update asserts num_cache_lines >= batch")
+
+
 _shape_legality = _per_dispatch(shape_legality, "P7")
 _breakable_attention = _per_dispatch(breakable_attention, "P7")
+_mamba_blocks = _per_dispatch(mamba_blocks, "P7")
 
 
 def shape_and_lora_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
     return (_shape_legality(scenario, runner, record) + lora_legality(scenario, record)
-            + _breakable_attention(scenario, runner, record) + breakable_requests(scenario, runner, record))
+            + _breakable_attention(scenario, runner, record) + breakable_requests(scenario, runner, record)
+            + _mamba_blocks(scenario, runner, record))
 
 
 def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
@@ -465,7 +486,8 @@ PROPERTIES: dict[str, Property] = {
                  "per request, NEVER none); a varlen-decode graph needs ALWAYS or a declared varlen bound; a "
                  "batch of k active LoRA adapters is served only by a graph captured for a LoRA case of at least k; a "
                  "breakable PIECEWISE capture breaks at the attention op (eager_break_during_capture) instead of "
-                 "capturing it, and (MRV2) a breakable PIECEWISE graph serves its batch unpadded in requests",
+                 "capturing it, and (MRV2) a breakable PIECEWISE graph serves its batch unpadded in requests; a "
+                 "hybrid model's FULL graph holds no more requests than the Mamba cache has blocks",
                  shape_and_lora_legality),
         Property("P8", "graph-coverage",
                  "each batch is served by the strongest graph the documented capture sizes give it, in a mode "

@@ -77,3 +77,17 @@ def resolve_cudagraph_mode_and_sizes(
     if not use_v2_model_runner and mode.decode_mode() == FULL and uniform_decode_query_len > 1:
         capture_sizes = adjust_cudagraph_sizes_for_spec_decode(capture_sizes, uniform_decode_query_len)
     return Resolved(mode, capture_sizes)
+
+
+def mamba_blocks_rejected(mode: CUDAGraphMode, mamba_cache_blocks: int | None, max_num_reqs: int,
+                          is_profiling: bool) -> bool:
+    """Resolve's last check, on the mode it resolved (``34:config/compilation.py:1659-1681``,
+    ``33:…:1510-1532``): a hybrid model's FULL graphs run the Mamba decode kernel on one cache block per
+    request, up to ``max_num_seqs`` requests; memory profiling's minimal cache is not checked."""
+    return (mamba_cache_blocks is not None and mode.has_full_cudagraphs() and not is_profiling
+            and max_num_reqs > mamba_cache_blocks)
+
+
+def mamba_blocks_rejection(max_num_reqs: int, mamba_cache_blocks: int) -> str:
+    """The refusal's text, as ``contract/real/errors.py`` writes vLLM's ``ValueError``."""
+    return f"max_num_seqs ({max_num_reqs}) exceeds available Mamba cache blocks ({mamba_cache_blocks})"

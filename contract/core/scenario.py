@@ -134,6 +134,12 @@ class Scenario:
     # ``34:v1/worker/gpu/cudagraph_utils.py:236-260``). Each ``execute_model`` names its k.
     max_loras: int = 0
     specialize_active_lora: bool = False
+    # A hybrid model (Mamba or GDN layers beside attention; MRV2): the Mamba cache's blocks, one per
+    # decode request (``kv_cache_config.num_blocks`` with ``has_mamba_layers``); None: no Mamba
+    # layer. Resolve refuses FULL graphs when ``max_num_seqs`` exceeds them, outside memory
+    # profiling (``34:config/compilation.py:1659-1681``, ``33:…:1510-1532``): a FULL capture runs the
+    # Mamba decode kernel for each of its requests, which asserts ``num_cache_lines >= batch``.
+    mamba_cache_blocks: int | None = None
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -181,6 +187,10 @@ class Scenario:
             return "specialize_active_lora needs LoRA (max_loras >= 1)"
         if self.max_loras and (self.data_parallel_size > 1 or self.pipeline_parallel_size > 1):
             return "LoRA is modelled on one DP rank and one pipeline stage"
+        if self.mamba_cache_blocks is not None and self.mamba_cache_blocks < 1:
+            return "mamba_cache_blocks is the Mamba cache's block count (>= 1), or absent for a model without Mamba layers"
+        if self.mamba_cache_blocks is not None and (self.data_parallel_size > 1 or self.pipeline_parallel_size > 1):
+            return "a hybrid model's Mamba cache is modelled on one DP rank and one pipeline stage"
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -228,7 +238,7 @@ class Scenario:
             if name in enums:
                 kwargs[name] = parse_enum(enums[name], value)
             elif name in ("uniform_decode_query_len", "data_parallel_size", "pipeline_parallel_size",
-                          "attention_support_stage", "max_loras"):
+                          "attention_support_stage", "max_loras", "mamba_cache_blocks"):
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise ValueError(f"scenario field {name} must be an integer")
                 kwargs[name] = value
@@ -242,7 +252,8 @@ class Scenario:
 # Fields added after the first trace format; a trace without them reads as their defaults.
 OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache",
                    "varlen_decode_bound", "attention_support_draft_only", "data_parallel_size",
-                   "pipeline_parallel_size", "attention_support_stage", "max_loras", "specialize_active_lora")
+                   "pipeline_parallel_size", "attention_support_stage", "max_loras", "specialize_active_lora",
+                   "mamba_cache_blocks")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.

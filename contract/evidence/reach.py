@@ -27,6 +27,9 @@ Each scenario setting maps to something a user sets (``contract/core/scenario.py
 - ``pipeline_parallel_size``: ``--pipeline-parallel-size``, one GPU per stage;
   ``attention_support_stage`` needs a hybrid checkpoint whose stages hold different attention
   layers, reported as not stored.
+- ``mamba_cache_blocks``: a hybrid (Mamba or GDN) checkpoint and a KV-cache budget that leaves its
+  Mamba cache fewer blocks than ``--max-num-seqs``; no hybrid checkpoint is stored, so it is reported
+  as not stored.
 - ``max_loras``, ``specialize_active_lora``: ``--enable-lora --max-loras N`` and
   ``--specialize-active-lora`` (``engine/arg_utils.py``); the adapters a batch's requests ask for
   are the user's (``--lora-modules``), none is stored.
@@ -223,6 +226,10 @@ def reach(s: Scenario, release: str) -> Reach:
     if s.attention_support_stage is not None:
         return not_stored(release, "the weakest backend on one pipeline stage needs a hybrid checkpoint whose stages "
                                    "hold different attention layers; none is stored")
+    if s.mamba_cache_blocks is not None:
+        return not_stored(release, "a hybrid model's Mamba cache with fewer blocks than --max-num-seqs needs a hybrid "
+                                   "(Mamba or GDN) checkpoint, such as granite-4.0-h or Qwen3-Next, and a KV-cache "
+                                   "budget that small; none is stored")
     if s.varlen_decode_bound:
         return not_stored(release, "a UNIFORM_BATCH backend that declares a varlen bound (FlashInfer's trtllm-gen "
                                    "varlen decode, Mamba2/GDN layers) is not among the stored backends")

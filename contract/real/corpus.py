@@ -87,6 +87,8 @@ def cells(trace: Trace) -> set[tuple]:
     out |= {("setting", name) for name in ("varlen_decode_bound", "attention_support_draft_only") if getattr(s, name)}
     if s.max_loras:  # LoRA beside a drafter, which runs no adapter
         out.add(("setting", "max_loras", s.drafter.name))
+    if s.mamba_cache_blocks is not None:  # a hybrid model: resolve's Mamba check reads the mode it resolved
+        out.add(("setting", "mamba_cache_blocks", s.cudagraph_mode.name, s.drafter.name))
     return out
 
 

@@ -17,6 +17,7 @@ from contract.core.halts import (
     NESTED_BREAKABLE_ERROR,
     RESOLVE_REJECTED,
 )
+from contract.core.resolve import mamba_blocks_rejection
 
 # vLLM's first line starts with the model's text; the rest is advice.
 _EXACT_PREFIXES = {CAPTURE_GUARD_ERROR: CAPTURE_GUARD_ERROR, NESTED_BREAKABLE_ERROR.rstrip("."): NESTED_BREAKABLE_ERROR,
@@ -29,6 +30,9 @@ _NOT_SUPPORTED = re.compile(
 )
 # adjust_cudagraph_sizes_for_spec_decode (config/compilation.py:1582-1588)
 _NO_SIZES = re.compile(r"No valid cudagraph sizes after rounding to multiple of (\d+)")
+# resolve's Mamba check (34:config/compilation.py:1659-1681): "max_num_seqs (4) exceeds available Mamba cache
+# blocks (2). Each decode sequence requires ..."
+_MAMBA_BLOCKS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache\s*blocks \((\d+)\)")
 # maybe_create_adaptive_verification_manager (33:…/spec_decode/adaptive_verification.py:539-545,
 # 34:…:633-639): "... query lengths vary up to 3, but SIM_ATTN_UNIFORM_BATCH allows none. Pass ..."
 _VARLEN = re.compile(r"query lengths vary up to (\d+), but (?:SIM_ATTN_)?(\w+) allows (none|at most \d+)")
@@ -83,6 +87,8 @@ def resolve_rejected(exc: BaseException) -> str:
         return f"{ADAPTIVE_REJECTED}{first_line(exc)}"
     if m := _NOT_SUPPORTED.search(text):
         return f"{RESOLVE_REJECTED}CUDAGraphMode.{m.group(1)} is not supported (support: {m.group(2)})"
+    if m := _MAMBA_BLOCKS.search(text):
+        return f"{RESOLVE_REJECTED}{mamba_blocks_rejection(int(m.group(1)), int(m.group(2)))}"
     if m := _NO_SIZES.search(text):
         return f"{RESOLVE_REJECTED}No valid cudagraph sizes after rounding to multiple of {m.group(1)}"
     return f"{RESOLVE_REJECTED}{first_line(exc)}"

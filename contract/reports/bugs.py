@@ -126,8 +126,9 @@ def readme(bug: Bug, outcome: Outcome | None) -> str:
     if outcome is not None:
         lines += ["## What the tool finds", "", _status(outcome, bug) + ".", ""]
         if outcome.status == FOUND:
-            lines += [f"Found by the general check (`conform --vllm-src` on the release's covering corpus, "
-                      f"{outcome.traces} traces): the contract's own properties on vLLM's code, no rule for this bug. "
+            lines += [f"Found by the general check (`conform --vllm-src` on the release's covering corpus and, "
+                      f"where the tree's rules differ from the release's, the tree's, {outcome.traces} traces): "
+                      "the contract's own properties on vLLM's code, no rule for this bug. "
                       "The classes it reports that the release does not show (new classes, and lost graphs: fewer "
                       "dispatches served by a graph than on the release):", ""]
             lines += [f"- {c}" for c in outcome.classes]

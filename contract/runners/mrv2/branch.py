@@ -2,17 +2,21 @@
 
 The release is read from ``CudaGraphManager.__init__`` (``v1/worker/gpu/cudagraph_utils.py``):
 0.34.0 takes ``decode_query_lens`` (``34:…:166-176``), 0.33.0 ``decode_query_len`` (``33:…:151-160``).
-The two rules that decide who captures PIECEWISE are read from the tree and run as the policy's
-rules, so a branch that edits them is verified with its own expressions:
+The two rules that decide who captures PIECEWISE, and resolve's Mamba check, are read from the tree
+and run as the policy's rules, so a branch that edits them is verified with its own expressions:
 
 - ``self.use_breakable_cg = ...`` in ``CudaGraphManager.__init__`` (``34:…:228-231``);
 - ``piecewise_capture_available = ...`` in ``GPUModelRunner.initialize_kv_cache``
-  (``34:v1/worker/gpu/model_runner.py:783-786``).
+  (``34:v1/worker/gpu/model_runner.py:783-786``);
+- the test of resolve's Mamba check, the ``if`` of ``CompilationConfig.resolve_cudagraph_mode_and_sizes``
+  that reads ``has_mamba_layers`` and raises (``34:config/compilation.py:1659-1681``); a tree without
+  one never refuses a hybrid model's FULL graphs.
 
 Each expression is compiled as a function of the names it reads, bound to the scenario's answers;
 an expression reading any other name is refused. The expressions run only in a child process
 (``contract.core.child``), over every input the model asks (``use_breakable_cg``: breakable x the
-five modes; ``piecewise_capture_available``: breakable x ``has_compiled_submodule``), and the parent
+five modes; ``piecewise_capture_available``: breakable x ``has_compiled_submodule``; the Mamba check:
+the five modes x no Mamba layer or 1..``MAX_NUM_SEQS`` blocks x profiling or not), and the parent
 runs the checked tables: an expression that exits, hangs or forks is one line. Nothing is imported
 from the tree.
 """
@@ -30,14 +34,18 @@ from contract.core.modes import CUDAGraphMode
 from contract.core.tree_source import method as _method
 from contract.core.tree_source import parse as _parse_file
 from contract.core.policy import Branch, BranchError
+from contract.core.scenario import MAX_NUM_SEQS
 from contract.runners.mrv2.model.policies import built_in
 from contract.runners.mrv2.model.policy import Mrv2Policy
 
 
 MANAGER_FILE = "v1/worker/gpu/cudagraph_utils.py"
 RUNNER_FILE = "v1/worker/gpu/model_runner.py"
+COMPILATION_FILE = "config/compilation.py"
+RESOLVE = ("CompilationConfig", "resolve_cudagraph_mode_and_sizes")
 # What verify --vllm-src reads of an MRV2 tree: (file, function) whose statements it reads.
-READS = ((MANAGER_FILE, "CudaGraphManager.__init__"), (RUNNER_FILE, "GPUModelRunner.initialize_kv_cache"))
+READS = ((MANAGER_FILE, "CudaGraphManager.__init__"), (RUNNER_FILE, "GPUModelRunner.initialize_kv_cache"),
+         (COMPILATION_FILE, ".".join(RESOLVE)))
 
 # The released expressions, as ast.dump of their source.
 RELEASED = {
@@ -47,6 +55,11 @@ RELEASED = {
              "bool(is_breakable_cudagraph_enabled(self.vllm_config.compilation_config) or has_compiled_submodule(self.model))"),
 }
 BOUND = {"is_breakable_cudagraph_enabled", "has_compiled_submodule", "envs", "self", "CUDAGraphMode"}
+# Resolve's Mamba check, the same in 0.33.0 and 0.34.0 (33:config/compilation.py:1517-1524, 34:…:1666-1673)
+MAMBA_RELEASED = ("kv_cache_config is not None and max_num_reqs is not None and cudagraph_mode.has_full_cudagraphs() "
+                  "and not is_profiling and kv_cache_config.has_mamba_layers "
+                  "and max_num_reqs > kv_cache_config.num_blocks")
+MAMBA_BOUND = {"kv_cache_config", "max_num_reqs", "cudagraph_mode", "is_profiling", "self", "CUDAGraphMode"}
 
 
 def _dump(source: str) -> str:
@@ -68,16 +81,16 @@ def _assigned(method: ast.FunctionDef | None, target: str, where: str) -> ast.ex
     return found[0]
 
 
-def _check_names(expr: ast.expr, where: str) -> None:
+def _check_names(expr: ast.expr, where: str, bound: set[str] = BOUND) -> None:
     names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} - set(dir(builtins))
-    unknown = names - BOUND
+    unknown = names - bound
     if unknown:
         raise BranchError(f"{where}: the expression reads {', '.join(sorted(unknown))}, which --vllm-src does not model")
 
 
-def _function(expr: ast.expr, path: str):
-    """The expression as a function of ``BOUND``'s names (in the child: creating it runs none of it)."""
-    args = sorted(BOUND)
+def _function(expr: ast.expr, path: str, bound: set[str] = BOUND):
+    """The expression as a function of ``bound``'s names (in the child: creating it runs none of it)."""
+    args = sorted(bound)
     lam = ast.Expression(ast.Lambda(
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in args], vararg=None, kwonlyargs=[],
                            kw_defaults=[], kwarg=None, defaults=[]), body=expr))
@@ -105,27 +118,47 @@ def _expressions(manager_tree: ast.Module, runner_tree: ast.Module, manager_path
     return breakable_expr, available_expr
 
 
+def _mamba_check(tree: ast.Module, path: str) -> ast.expr | None:
+    """The test of the ``if`` in resolve that reads ``has_mamba_layers`` and raises; None when there is none."""
+    resolve = _method(tree, *RESOLVE)
+    if resolve is None:
+        raise BranchError(f"{path}: no {'.'.join(RESOLVE)}; --vllm-src reads its Mamba check")
+    found = [node.test for node in ast.walk(resolve) if isinstance(node, ast.If)
+             and any(isinstance(n, ast.Raise) for stmt in node.body for n in ast.walk(stmt))
+             and any(isinstance(n, ast.Attribute) and n.attr == "has_mamba_layers" for n in ast.walk(node.test))]
+    if len(found) > 1:
+        raise BranchError(f"{path}: {'.'.join(RESOLVE)} has {len(found)} raising checks of has_mamba_layers; "
+                          "--vllm-src reads one")
+    return found[0] if found else None
+
+
 def load(pkg: Path, given: Path, *, as_policy: bool = False):
-    """The tree as a policy: the release's built-in one when both rules are as released (unless
+    """The tree as a policy: the release's built-in one when its three rules are as released (unless
     ``as_policy``), else that release's policy with the tree's rules, as tables computed in a child."""
     manager_path, runner_path = str(pkg / MANAGER_FILE), str(pkg / RUNNER_FILE)
+    compilation_path = str(pkg / COMPILATION_FILE)
     manager_tree, runner_tree = _parse(pkg, MANAGER_FILE), _parse(pkg, RUNNER_FILE)
     release = release_of(manager_tree, manager_path)
     breakable_expr, available_expr = _expressions(manager_tree, runner_tree, manager_path, runner_path)
-    where = f"{manager_path}:{breakable_expr.lineno}, {runner_path}:{available_expr.lineno}"
+    mamba_expr = _mamba_check(_parse(pkg, COMPILATION_FILE), compilation_path)
+    where = (f"{manager_path}:{breakable_expr.lineno}, {runner_path}:{available_expr.lineno}, "
+             + (f"{compilation_path}:{mamba_expr.lineno}" if mamba_expr is not None
+                else f"{compilation_path} (no Mamba check)"))
     base: Mrv2Policy = built_in(f"mrv2_{release.replace('.', '_')}")
-    released = tuple(_dump(s) for s in RELEASED[release])
-    read = (ast.dump(breakable_expr), ast.dump(available_expr))
+    released = (*(_dump(s) for s in RELEASED[release]), _dump(MAMBA_RELEASED))
+    read = (ast.dump(breakable_expr), ast.dump(available_expr), None if mamba_expr is None else ast.dump(mamba_expr))
     rules = hashlib.sha256(repr((release, read)).encode()).hexdigest()
     if read == released and not as_policy:
         return Branch(base, where, f"{release}.0", given, pkg, rules, "Model Runner V2 rules")
     _check_names(breakable_expr, where)
     _check_names(available_expr, where)
-    use_breakable_cg, available = _tables(pkg, manager_path, runner_path, where)
+    if mamba_expr is not None:
+        _check_names(mamba_expr, where, MAMBA_BOUND)
+    use_breakable_cg, available, mamba = _tables(pkg, manager_path, runner_path, compilation_path, where)
     policy = base.mutate(f"branch@{given.resolve().name}",
                          f"the MRV2 rules of {pkg} (vLLM {release} layout), run as a policy",
                          use_breakable_cg=use_breakable_cg, piecewise_capture_available=available,
-                         source=str(given))
+                         mamba_blocks_rejected=mamba, source=str(given))
     return Branch(policy, where, None, given, pkg, rules, "Model Runner V2 rules")
 
 
@@ -133,6 +166,9 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False):
 # piecewise_capture_available(breakable, has_compiled_submodule).
 BREAKABLE_INPUTS = [(b, m) for b in (False, True) for m in CUDAGraphMode]
 AVAILABLE_INPUTS = [(b, c) for b in (False, True) for c in (False, True)]
+# The Mamba check's: (resolved cudagraph_mode, mamba_cache_blocks, is_profiling) at max_num_seqs MAX_NUM_SEQS.
+MAMBA_INPUTS = [(m, blocks, p) for m in CUDAGraphMode for blocks in (None, *range(1, MAX_NUM_SEQS + 1))
+                for p in (False, True)]
 
 
 def _names(breakable: bool, mode: CUDAGraphMode, compiled: bool) -> dict:
@@ -147,8 +183,31 @@ def _names(breakable: bool, mode: CUDAGraphMode, compiled: bool) -> dict:
     }
 
 
+def _mamba_names(mode: CUDAGraphMode, blocks: int | None, is_profiling: bool) -> dict:
+    return {"kv_cache_config": types.SimpleNamespace(has_mamba_layers=blocks is not None, num_blocks=blocks or 0),
+            "max_num_reqs": MAX_NUM_SEQS, "cudagraph_mode": mode, "is_profiling": is_profiling,
+            "self": types.SimpleNamespace(), "CUDAGraphMode": CUDAGraphMode}
+
+
+def _mamba_rows(payload: dict) -> list | str:
+    """The tree's Mamba check for every input (all False where the tree has none); a problem's line."""
+    path = payload["compilation_path"]
+    expr = _mamba_check(ast.parse(payload["compilation_source"], path), path)
+    if expr is None:
+        return [[m.name, blocks, p, False] for m, blocks, p in MAMBA_INPUTS]
+    fn, args = _function(expr, path, MAMBA_BOUND)
+    rows = []
+    for m, blocks, p in MAMBA_INPUTS:
+        bound = _mamba_names(m, blocks, p)
+        try:
+            rows.append([m.name, blocks, p, bool(fn(*(bound[n] for n in args)))])
+        except BaseException as exc:  # noqa: BLE001 - the tree's code: any failure is its message
+            return f"the Mamba check raised {child.error_text(exc)} for ({m.name}, {blocks}, {p})"
+    return rows
+
+
 def rule_tables(payload: dict) -> dict:
-    """In a child (``contract.core.child``): both expressions of the tree evaluated for every input,
+    """In a child (``contract.core.child``): the tree's expressions evaluated for every input,
     ``{"problem": one line}`` when one raises or forks."""
     forked = child.refuse_forks()
     paths = payload["manager_path"], payload["runner_path"]
@@ -171,6 +230,12 @@ def rule_tables(payload: dict) -> dict:
                 return {"problem": f"{rule} = ... forked a process; the expression must not start processes"}
             rows.append([a, getattr(b, "name", b), value])
         out[rule] = rows
+    mamba = _mamba_rows(payload)
+    if isinstance(mamba, str):
+        return {"problem": mamba}
+    if forked():
+        return {"problem": "the Mamba check forked a process; the expression must not start processes"}
+    out["mamba_blocks_rejected"] = mamba
     return out
 
 
@@ -187,6 +252,31 @@ class RuleTable:
         return f"RuleTable({self.rule})"
 
 
+class MambaTable:
+    """The tree's Mamba check read from its checked table: ``(mode, blocks, max_num_reqs, is_profiling) -> bool``."""
+
+    def __init__(self, rows: dict):
+        self.rows = rows
+
+    def __call__(self, mode: CUDAGraphMode, mamba_cache_blocks: int | None, max_num_reqs: int,
+                 is_profiling: bool) -> bool:
+        if max_num_reqs != MAX_NUM_SEQS:
+            raise ValueError(f"the Mamba check was read at max_num_seqs {MAX_NUM_SEQS}, not {max_num_reqs}")
+        return self.rows[(mode.name, mamba_cache_blocks, bool(is_profiling))]
+
+    def __repr__(self) -> str:
+        return "MambaTable(mamba_blocks_rejected)"
+
+
+def _checked_mamba(rows: object, what: str) -> MambaTable:
+    want = sorted(repr([m.name, blocks, p]) for m, blocks, p in MAMBA_INPUTS)
+    if (not isinstance(rows, list) or len(rows) != len(MAMBA_INPUTS)
+            or any(not isinstance(r, list) or len(r) != 4 or type(r[3]) is not bool for r in rows)
+            or sorted(repr(r[:3]) for r in rows) != want):
+        raise BranchError(f"{what} reported a Mamba check table that is not one bool per input")
+    return MambaTable({(r[0], r[1], r[2]): r[3] for r in rows})
+
+
 def _checked(rule: str, rows: object, inputs: list, what: str) -> RuleTable:
     want = [[a, getattr(b, "name", b)] for a, b in inputs]
     if (not isinstance(rows, list) or len(rows) != len(inputs)
@@ -197,11 +287,13 @@ def _checked(rule: str, rows: object, inputs: list, what: str) -> RuleTable:
     return RuleTable(rule, {(a, b): by_json[repr([a, getattr(b, "name", b)])] for a, b in inputs})
 
 
-def _tables(pkg: Path, manager_path: str, runner_path: str, where: str) -> tuple[RuleTable, RuleTable]:
+def _tables(pkg: Path, manager_path: str, runner_path: str, compilation_path: str,
+            where: str) -> tuple[RuleTable, RuleTable, MambaTable]:
     what = f"the Model Runner V2 rules {where}"
-    payload = {"manager_path": manager_path, "runner_path": runner_path,
+    payload = {"manager_path": manager_path, "runner_path": runner_path, "compilation_path": compilation_path,
                "manager_source": (pkg / MANAGER_FILE).read_text(encoding="utf-8"),
-               "runner_source": (pkg / RUNNER_FILE).read_text(encoding="utf-8")}
+               "runner_source": (pkg / RUNNER_FILE).read_text(encoding="utf-8"),
+               "compilation_source": (pkg / COMPILATION_FILE).read_text(encoding="utf-8")}
     try:
         value = child.run("contract.runners.mrv2.branch:rule_tables", payload, what=what,
                           timeout=child.time_limit()).value
@@ -213,7 +305,8 @@ def _tables(pkg: Path, manager_path: str, runner_path: str, where: str) -> tuple
     except child.ChildProblem as exc:
         raise BranchError(f"{exc}; each rule must be an expression giving a bool") from None
     return (_checked("use_breakable_cg", value.get("use_breakable_cg"), BREAKABLE_INPUTS, what),
-            _checked("piecewise_capture_available", value.get("piecewise_capture_available"), AVAILABLE_INPUTS, what))
+            _checked("piecewise_capture_available", value.get("piecewise_capture_available"), AVAILABLE_INPUTS, what),
+            _checked_mamba(value.get("mamba_blocks_rejected"), what))
 
 
 def _parse(pkg: Path, rel: str):

@@ -55,7 +55,7 @@ from contract.core.observation import (
     StepRecord,
 )
 from contract.core.properties import profiled_pairs, resolved_support
-from contract.core.resolve import ResolveRejected
+from contract.core.resolve import ResolveRejected, mamba_blocks_rejection
 from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
 
 PROFILE_NUM_TOKENS = 8  # profile_run's _dummy_run(max_num_tokens, is_profile=True): need_eager, NONE
@@ -322,7 +322,7 @@ class _Step:
 
     # -- start-up ----------------------------------------------------------------------------
 
-    def initialize_kv_cache(self) -> None:
+    def initialize_kv_cache(self, is_profiling: bool = False) -> None:
         s, p, st = self.scenario, self.policy, self.state
         available = p.piecewise_capture_available(s.breakable, has_compiled_submodule(s, st.config))
         mode = st.cudagraph_mode
@@ -343,6 +343,8 @@ class _Step:
             resolved = p.resolve(mode, st.config, resolved_support(s, p.resolve_reads_draft_layers),
                                  s.uniform_decode_query_len, True,
                                  st.config.cudagraph_capture_sizes, available)
+            if p.mamba_blocks_rejected(resolved.cudagraph_mode, s.mamba_cache_blocks, MAX_NUM_SEQS, is_profiling):
+                raise ResolveRejected(mamba_blocks_rejection(MAX_NUM_SEQS, s.mamba_cache_blocks))
         except ResolveRejected as exc:
             self.set(f"resolve rejected: {exc}", halted=f"resolve rejected: {exc}")
             return
@@ -542,7 +544,7 @@ def _apply(st: _Step, scenario: Scenario, policy, state: RunnerState, event: Eve
         extra["cudagraph_mode"] = st.state.cudagraph_mode
     elif isinstance(event, ProfileCudagraphMemory):
         st.set(memory_profiled=True)
-        st.initialize_kv_cache()
+        st.initialize_kv_cache(is_profiling=True)
         if not st.state.halted:
             st.capture_phase = True
             st.capture_model(max_full=PROFILE_MAX_FULL_DESCS)

@@ -14,6 +14,7 @@ from contract.core.mutant import (
     draft_model,
     draft_only_backend,
     full_graphs,
+    hybrid,
     lora,
     on_ranks,
     on_stages,
@@ -46,6 +47,10 @@ def _spec_decode_downgrade_skipped(mode, config, support, q, v2, sizes, availabl
     """Resolve without step 4 (decode FULL with q > 1 needs UNIFORM_BATCH): resolved as for q = 1."""
     resolved = resolve.resolve_cudagraph_mode_and_sizes(mode, config, support, 1, v2, sizes, available)
     return replace(resolved, cudagraph_capture_sizes=sizes)
+
+
+def _mamba_blocks_unchecked(mode, mamba_cache_blocks, max_num_reqs, is_profiling):
+    return False
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -141,6 +146,14 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P7', 'P1']),
            build=replacing(resolve=_spec_decode_downgrade_skipped),
            reaches=speculative),
+    Mutant("mrv2_mamba_blocks_unchecked", "mrv2_0_34", "resolve",
+           "resolve no longer checks a hybrid model's Mamba cache blocks against max_num_seqs (before vLLM "
+           "#34571): where the base refuses at resolve (the difference reported first), the mutant captures FULL "
+           "graphs of more requests than the cache has blocks, whose Mamba decode kernel asserts (P7, crash at "
+           "start-up, on the mutant's own verdict)",
+           kills=frozenset(['halt']),
+           build=replacing(mamba_blocks_rejected=_mamba_blocks_unchecked),
+           reaches=hybrid),
     Mutant("mrv2_0_33_draft_prefill_varlen", "mrv2_0_33", "speculator",
            "0.33's draft prefill manager takes adaptive verification's varlen decode descriptors (as 0.34's does): "
            "the draft layers' UNIFORM_BATCH backend, which declares no varlen bound and which vLLM's check never "

@@ -117,6 +117,8 @@ class Mrv2Policy:
     attention_eager_break: bool = True
     # A breakable runner's PIECEWISE descriptors carry num_reqs as FULL ones do (vLLM #48822; mutants only)
     breakable_pads_requests: bool = False
+    # resolve's Mamba check: (resolved mode, mamba_cache_blocks, max_num_reqs, is_profiling) -> refused
+    mamba_blocks_rejected: Callable[[CUDAGraphMode, int | None, int, bool], bool] = _resolve.mamba_blocks_rejected
 
     @property
     def engine(self) -> Engine:

@@ -60,7 +60,7 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
             skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only,
             scenario.data_parallel_size, scenario.pipeline_parallel_size, scenario.attention_support_stage,
-            scenario.max_loras, scenario.specialize_active_lora)
+            scenario.max_loras, scenario.specialize_active_lora, scenario.mamba_cache_blocks)
 
 
 def all_scenarios() -> list[Scenario]:
@@ -120,9 +120,16 @@ def all_scenarios() -> list[Scenario]:
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, compilation_mode=cmode, breakable=breakable,
                             drafter=drafter, uniform_decode_query_len=q, max_loras=loras,
                             specialize_active_lora=specialize))
+    # A hybrid model whose Mamba cache has fewer blocks than max_num_seqs: every mode, without a drafter
+    # and with one, the rest at vLLM's defaults.
+    for mode, (drafter, q) in itertools.product((FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
+                                                ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2))):
+        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=drafter, uniform_decode_query_len=q,
+                            mamba_cache_blocks=FEW_MAMBA_BLOCKS))
     return out
 
 
+FEW_MAMBA_BLOCKS = MAX_NUM_SEQS // 2  # a hybrid model's Mamba cache blocks, fewer than max_num_seqs
 LORA_SETTINGS = ((1, False), (MAX_LORAS, True))  # (max_loras, specialize_active_lora) the explorer tries
 DP_SIZES = (2,)  # the explorer's; Hypothesis draws up to MAX_DATA_PARALLEL_SIZE
 PP_SIZE = 2  # the explorer's; Hypothesis draws up to MAX_PIPELINE_PARALLEL_SIZE
@@ -169,6 +176,8 @@ _PIPELINE_PARALLEL_SIZE = hst.sampled_from((1,) * 6 + tuple(range(2, MAX_PIPELIN
 # LoRA off in two draws of three; on, each of the (max_loras, specialize_active_lora) settings alike
 _LORA = hst.sampled_from(((0, False),) * 2 * (2 * MAX_LORAS) + tuple(
     (n, specialize) for n in range(1, MAX_LORAS + 1) for specialize in (False, True)))
+# no Mamba layer in three draws of four; a hybrid model's cache with fewer blocks than max_num_seqs, or as many
+_MAMBA_CACHE_BLOCKS = hst.sampled_from((None,) * 6 + (FEW_MAMBA_BLOCKS, MAX_NUM_SEQS))
 _WEAK_STAGE = {pp: hst.sampled_from((None, *range(pp))) for pp in range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)}
 # Under adaptive verification only the pairs that apply are drawn, a weaker draft-only backend most
 # often: a field-by-field draw would rarely reach them. Without it, the draft-only backend is drawn
@@ -217,7 +226,8 @@ def _draw_scenario(draw) -> Scenario:
     )
     # drawn last, so the other fields' draws stay what they were before LoRA was modelled
     loras, specialize = draw(_LORA) if dp == 1 and pp == 1 else (0, False)
-    return Scenario(**fields, max_loras=loras, specialize_active_lora=specialize)
+    mamba = draw(_MAMBA_CACHE_BLOCKS) if dp == 1 and pp == 1 else None
+    return Scenario(**fields, max_loras=loras, specialize_active_lora=specialize, mamba_cache_blocks=mamba)
 
 
 def scenarios():

@@ -54,8 +54,8 @@ def scenarios(policy: Policy) -> Iterator:
     ``profile_cudagraph_memory`` captures. Under ``spec_enforce_eager``, the model space's scenarios
     of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults), and
     so on several data-parallel ranks (each trace one process per rank, ``dp_utils.replay_ranks``),
-    pipeline stages (one process per stage, ``ranks.replay_stages``) and, last, with LoRA (each
-    KV-cache setting again)."""
+    pipeline stages (one process per stage, ``ranks.replay_stages``), with LoRA (each KV-cache setting
+    again) and, last, a hybrid model with fewer Mamba cache blocks than ``max_num_seqs``."""
     kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
     for extensible in kv_cache:
         for s in all_scenarios(Runner.MRV2):
@@ -95,6 +95,7 @@ def scenarios(policy: Policy) -> Iterator:
                 for support, stage in ((AttentionCGSupport.ALWAYS, None), (AttentionCGSupport.NEVER, 1)))
     yield from (replace(s, extensible_kv_cache=extensible) for extensible in kv_cache for s in space.all_scenarios()
                 if s.max_loras)
+    yield from (s for s in space.all_scenarios() if s.mamba_cache_blocks is not None)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:

@@ -210,9 +210,12 @@ class _LoRAManager:
         pass
 
 
-def kv_cache_config() -> types.SimpleNamespace:
-    """A ``KVCacheConfig`` without groups: no attention layer exists to hold a KV cache."""
-    return types.SimpleNamespace(kv_cache_groups=[], num_blocks=0, has_mamba_layers=False)
+def kv_cache_config(mamba_cache_blocks: int | None = None) -> types.SimpleNamespace:
+    """A ``KVCacheConfig`` without groups: no attention layer exists to hold a KV cache. A hybrid
+    model's holds Mamba layers and its blocks (``has_mamba_layers``, ``num_blocks``), all resolve's
+    Mamba check reads (``34:config/compilation.py:1659-1681``)."""
+    return types.SimpleNamespace(kv_cache_groups=[], num_blocks=mamba_cache_blocks or 0,
+                                 has_mamba_layers=mamba_cache_blocks is not None)
 
 
 def scheduled_batch(runner, num_tokens: int, uniform_decode: bool, num_active_loras: int = 0) -> types.SimpleNamespace:

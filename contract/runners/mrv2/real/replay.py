@@ -469,7 +469,7 @@ class RealRun:
     def initialize_kv_cache(self, kv_cache_config=None, is_profiling: bool = False) -> None:
         """``initialize_kv_cache``'s block: adaptive verification, resolve, ``ModelCudaGraphManager``,
         then the speculator's managers. The KV-cache config stands in for the one vLLM builds."""
-        self.runner.kv_cache_config = model_runner.kv_cache_config()
+        self.runner.kv_cache_config = model_runner.kv_cache_config(self.scenario.mamba_cache_blocks)
         attn_cg_support = self.attn_cg_support()
         try:
             self.adaptive_verification_check()
