@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from contract.runners.mrv1 import branch as mrv1_branch
+from contract.runners.mrv2.branch import MAMBA_RELEASED
 from vllm_envs import installed, release_source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,7 +249,7 @@ def mrv1_tree(folder: Path, statement: str) -> Path:
 
 
 def mrv2_tree(folder: Path, use_breakable_cg: str) -> Path:
-    """A tree holding 0.34.0's two MRV2 rules, the first replaced (as ``tests/test_vllm_src_mrv2.py``)."""
+    """A tree holding 0.34.0's MRV2 rules, the first replaced (as ``tests/test_vllm_src_mrv2.py``)."""
     gpu = folder / "tree" / "vllm" / "v1" / "worker" / "gpu"
     gpu.mkdir(parents=True)
     (gpu / "cudagraph_utils.py").write_text(
@@ -258,6 +259,11 @@ def mrv2_tree(folder: Path, use_breakable_cg: str) -> Path:
         "class GPUModelRunner:\n    def initialize_kv_cache(self, kv_cache_config, is_profiling=False):\n"
         "        piecewise_capture_available = bool(is_breakable_cudagraph_enabled(self.vllm_config.compilation_config)"
         " or has_compiled_submodule(self.model))\n")
+    (folder / "tree" / "vllm" / "config").mkdir()
+    (folder / "tree" / "vllm" / "config" / "compilation.py").write_text(
+        "class CompilationConfig:\n"
+        "    def resolve_cudagraph_mode_and_sizes(self, kv_cache_config=None, max_num_reqs=None, is_profiling=False):\n"
+        f"        if {MAMBA_RELEASED}:\n            raise ValueError('max_num_seqs exceeds available Mamba cache blocks')\n")
     return folder / "tree"
 
 
