@@ -308,3 +308,15 @@ def test_compile_status_is_read_through_imports_bases_and_class_attributes(tmp_p
     assert facts.target("BaseForCausalLM").decorated == ("layers.BaseModel (layers.py:6)",)
     assert facts.draft("CondMTPModel").decorated == ("layers.CondModel (layers.py:12) enable_if=should_compile",)
     assert dict(facts.mtp_sources) == {"BaseMTPModel": ("BaseForCausalLM",)}
+
+
+def test_several_ranks_name_their_size_and_mrv2s_micro_batching_its_thresholds():
+    ranks = reach.reach(Scenario(runner=Runner.MRV2, data_parallel_size=3), "0.34.0").plan
+    assert ranks.extra == ("--data-parallel-size", "3") and ranks.gpus == 3
+    dbo = reach.reach(Scenario(runner=Runner.MRV2, cudagraph_mode=FULL, data_parallel_size=2, ubatching=True),
+                      "0.34.0").plan
+    flags = " ".join(dbo.extra)
+    assert "--data-parallel-size 2 --enable-expert-parallel --all2all-backend deepep_low_latency --enable-dbo" in flags
+    assert "--dbo-decode-token-threshold 2 --dbo-prefill-token-threshold 4" in flags and dbo.gpus == 2
+    mrv1 = reach.reach(Scenario(runner=Runner.MRV1, ubatching=True), "0.33.0").plan
+    assert "--dbo-decode-token-threshold" not in mrv1.extra and mrv1.gpus == 2

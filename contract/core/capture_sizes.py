@@ -131,7 +131,7 @@ def _split(s: SizeSetting, shared: Derived) -> Derived:
     tokens are the shared sizes, decode requests the given ones within ``max_num_seqs``, else what
     each shared size rounds up to within the shared maximum; the recorded sizes are every graph's
     token count (decode shapes, the drafter's one-token decode shapes, prefill sizes)."""
-    q, mns, tokens = s.q, s.max_num_seqs, s.max_num_batched_tokens
+    mns, tokens = s.max_num_seqs, s.max_num_batched_tokens
     legacy = s.cudagraph_capture_sizes is not None or s.max_cudagraph_capture_size is not None
     shared_sizes, shared_max = shared.cudagraph_capture_sizes, shared.max_cudagraph_capture_size
     prefill = tuple(shared_sizes)

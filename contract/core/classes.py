@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 
 from contract.core.events import describe_event, event_to_json
 from contract.core.observation import Action, StepRecord
-from contract.core.properties import ATTENTION_IN_SEGMENT, LORA_CASE, MAMBA_BLOCKS, PADDED_REQUESTS, Violation
+from contract.core.properties import (
+    ATTENTION_IN_SEGMENT,
+    LORA_CASE,
+    MAMBA_BLOCKS,
+    PADDED_REQUESTS,
+    UBATCH_MIXED,
+    Violation,
+)
 from contract.core.scenario import DrafterKind, Scenario
 from contract.core.sizes import DIFFERENT_MODES, DIFFERENT_TOKENS, RANK_HUNG
 
@@ -117,7 +124,8 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
     if p == "P7" and what == MAMBA_BLOCKS:  # the kernel's assertion, where the graph is captured
         return Severity.CRASH_SERVING if event_kind and phase(event_kind) == "serving" else Severity.CRASH_START_UP
     if p == "P7":
-        return Severity.WRONG_RESULT if what in (LORA_CASE_SHORT, ATTENTION_CAPTURED) else Severity.UNSUPPORTED_SHAPE
+        return (Severity.WRONG_RESULT if what in (LORA_CASE_SHORT, ATTENTION_CAPTURED, UBATCH_MIXED)
+                else Severity.UNSUPPORTED_SHAPE)
     if p == "P9":
         return Severity.EAGER_FALLBACK if what == DUMMY_UNALIGNED else Severity.HANG
     if p == "P2" or (p == "P5" and what == CROSS_MODE_REPLAY):
@@ -188,7 +196,8 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         what = (LORA_CASE_SHORT if LORA_CASE in v.message
                 else ATTENTION_CAPTURED if ATTENTION_IN_SEGMENT in v.message
                 else BREAKABLE_PADDED if PADDED_REQUESTS in v.message
-                else MAMBA_BLOCKS if MAMBA_BLOCKS in v.message else ILLEGAL_SHAPE)
+                else MAMBA_BLOCKS if MAMBA_BLOCKS in v.message
+                else UBATCH_MIXED if UBATCH_MIXED in v.message else ILLEGAL_SHAPE)
         return d.role, d.runtime_mode.name, what
     if v.property == "P8":
         what = (GRAPH_UNDER_NONE if "under cudagraph_mode NONE" in v.message

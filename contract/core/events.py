@@ -178,11 +178,16 @@ def on_ranks(batches: list[tuple[int, bool, bool]], data_parallel_size: int) -> 
                  for ps in itertools.combinations_with_replacement(peers, data_parallel_size - 1))
 
 
-def ranks_problem(events: list[Event], data_parallel_size: int) -> str | None:
+def ranks_problem(events: list[Event], data_parallel_size: int, ubatching: bool = False) -> str | None:
     """Why ``events`` cannot run on ``data_parallel_size`` ranks: every ``execute_model`` names each
     other rank's batch, and the draft steps run on one rank only (several ranks' ``propose`` is not
-    modelled)."""
+    modelled). Under micro-batching no serving batch needs eager: its one source is an
+    encoder-decoder model's encoder step (``34:v1/worker/gpu/model_runner.py:1887-1892``), and vLLM
+    refuses DBO with encoder-decoder models (``34:config/vllm.py:3397-3400``)."""
     for i, event in enumerate(events):
+        if ubatching and isinstance(event, ExecuteModel) and any(b.force_eager for b in (event, *event.peers)):
+            return (f"event {i} (execute_model) forces eager on a micro-batching scenario: vLLM refuses DBO with "
+                    "the encoder-decoder models whose encoder steps need eager")
         if isinstance(event, ExecuteModel) and len(event.peers) != data_parallel_size - 1:
             return (f"event {i} (execute_model) names {len(event.peers)} peer batch(es); data_parallel_size "
                     f"{data_parallel_size} needs {data_parallel_size - 1}")

@@ -141,8 +141,10 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
                 for lane in self.lanes:
                     q, ranks = lane.scenario.uniform_decode_query_len, lane.scenario.data_parallel_size
                     uniform = uniform_decode and num_tokens % q == 0
-                    batches = tuple(Peer(n, u and n > 0 and n % q == 0, e and n > 0) for n, u, e in peers[:ranks - 1])
-                    event = ExecuteModel(num_tokens, uniform, force_eager, batches)
+                    eager = not lane.scenario.micro_batched  # no batch needs eager there: the draw reads as none
+                    batches = tuple(Peer(n, u and n > 0 and n % q == 0, e and eager and n > 0)
+                                    for n, u, e in peers[:ranks - 1])
+                    event = ExecuteModel(num_tokens, uniform, force_eager and eager, batches)
                     if ranks > 1 and lane.run.can(event):
                         self._step(lane, event)
 

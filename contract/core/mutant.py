@@ -75,6 +75,10 @@ def hybrid(scenario) -> bool:
     return scenario.mamba_cache_blocks is not None
 
 
+def micro_batched(scenario) -> bool:
+    return scenario.ubatching and scenario.data_parallel_size > 1
+
+
 def full_graphs(scenario) -> bool:
     """A FULL dispatch needs a configured mode with full graphs: resolve never turns PIECEWISE or
     NONE into one, and the draft managers' modes follow the target's."""

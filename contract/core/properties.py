@@ -297,6 +297,32 @@ def mamba_blocks(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
             f"causal_conv1d_update asserts num_cache_lines >= batch")
 
 
+UBATCH_MIXED = "micro-batched FULL graph replayed for a batch that is not a uniform batch of its query length"
+
+
+def ubatch_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    """A FULL graph captured for several micro-batches replays the capture's split: each micro-batch
+    holds the requests of a uniform batch of the graph's query length. vLLM keys the twin by that
+    length (``_maybe_ubatch_twin``, ``34:v1/worker/gpu/cudagraph_utils.py:262-287``), so a mixed batch,
+    or one of another length, takes no such graph; MRV1 replayed one for mixed batches and hung
+    (vLLM #25625)."""
+    if not isinstance(record.event, ExecuteModel) or not record.ranks or not record.ranks[0].batch:
+        return []
+    utc = record.ranks[0].batch[2]
+    out = []
+    for i, d in enumerate(record.dispatches):
+        desc = d.batch_descriptor
+        if (d.role == "target" and d.context == "execute_model" and d.runtime_mode == FULL
+                and getattr(desc, "num_ubatches", 1) > 1 and (desc.uniform_token_count is None
+                                                              or desc.uniform_token_count != utc)
+                and any(a.action is Action.REPLAYED for a in d.acting)):
+            held = "a mixed batch" if utc is None else f"a uniform batch of {utc} tokens per request"
+            out.append(Violation("P7", record.index, f"{_where(d)}: a {UBATCH_MIXED} ({held}, graph "
+                                 f"{'of any' if desc.uniform_token_count is None else desc.uniform_token_count}): "
+                                 "its micro-batches split at the capture's request boundaries", i))
+    return out
+
+
 _shape_legality = _per_dispatch(shape_legality, "P7")
 _breakable_attention = _per_dispatch(breakable_attention, "P7")
 _mamba_blocks = _per_dispatch(mamba_blocks, "P7")
@@ -305,7 +331,7 @@ _mamba_blocks = _per_dispatch(mamba_blocks, "P7")
 def shape_and_lora_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
     return (_shape_legality(scenario, runner, record) + lora_legality(scenario, record)
             + _breakable_attention(scenario, runner, record) + breakable_requests(scenario, runner, record)
-            + _mamba_blocks(scenario, runner, record))
+            + _mamba_blocks(scenario, runner, record) + ubatch_legality(scenario, runner, record))
 
 
 def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:

@@ -24,7 +24,6 @@ from contract.core.modes import NONE, CUDAGraphMode
 from contract.core.observation import RankServed
 from contract.core.sizes import (
     DIFFERENT_MODES,
-    DP_SIZE,
     DIFFERENT_TOKENS,
     RANK_HUNG,
     STRENGTH,

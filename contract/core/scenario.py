@@ -18,6 +18,11 @@ MAX_DATA_PARALLEL_SIZE = 4  # ranks a step runs on: what the explorer and Hypoth
 MAX_PIPELINE_PARALLEL_SIZE = 4  # stages a step runs through
 MAX_LORAS = 3  # --max-loras: 3 is the least whose specialised cases round an active count up (3 -> 4)
 NUM_TOKENS_DOMAIN: tuple[int, ...] = (1, 2, 3, 4, 5)
+# --dbo-decode-token-threshold / --dbo-prefill-token-threshold every micro-batching scenario uses
+# (vLLM's defaults, 32 and 512, are above every modelled batch): a uniform decode of 2 tokens and a
+# mixed batch of 4 split, each at least one token per micro-batch (34:config/parallel.py:1271-1280).
+DBO_DECODE_TOKEN_THRESHOLD = 2
+DBO_PREFILL_TOKEN_THRESHOLD = 4
 
 
 class Runner(enum.Enum):
@@ -80,7 +85,10 @@ class Scenario:
 
     runner: Runner = Runner.MRV1
     breakable: bool = False  # VLLM_USE_BREAKABLE_CUDAGRAPH=1
-    ubatching: bool = False  # parallel_config.use_ubatching (DBO / ubatch_size > 1)
+    # parallel_config.use_ubatching (--enable-dbo / --ubatch-size > 1). MRV2: --enable-dbo on several DP
+    # ranks, without a drafter (0.33.0 refuses DBO with one), LoRA, pipeline stages, a hybrid model
+    # or cudagraph_mode PIECEWISE, which vLLM refuses at start-up (34:config/vllm.py:3378-3410).
+    ubatching: bool = False
     cudagraph_mode: CUDAGraphMode = FULL_AND_PIECEWISE
     compilation_mode: CompilationMode = CompilationMode.VLLM_COMPILE
     splitting_ops: SplittingOps = SplittingOps.DEFAULT
@@ -191,6 +199,10 @@ class Scenario:
             return "mamba_cache_blocks is the Mamba cache's block count (>= 1), or absent for a model without Mamba layers"
         if self.mamba_cache_blocks is not None and (self.data_parallel_size > 1 or self.pipeline_parallel_size > 1):
             return "a hybrid model's Mamba cache is modelled on one DP rank and one pipeline stage"
+        if self.runner is Runner.MRV2 and self.ubatching and (
+                self.data_parallel_size < 2 or has_spec or self.cudagraph_mode == PIECEWISE):
+            return ("micro-batching on Model Runner V2 is modelled on several DP ranks, without a drafter and with "
+                    "FULL graphs (vLLM refuses it with cudagraph_mode PIECEWISE)")
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -198,6 +210,12 @@ class Scenario:
             if getattr(self, name) != _DEFAULTS[name]:
                 return f"{name} is outside the modelled {self.runner.name} space"
         return None
+
+    @property
+    def micro_batched(self) -> bool:
+        """MRV2's micro-batching, where no serving batch needs eager: ``need_eager``'s one serving source
+        is an encoder-decoder model's encoder step, which vLLM refuses with DBO (``events.ranks_problem``)."""
+        return self.ubatching and self.runner is Runner.MRV2
 
     def stage_support(self, stage: int) -> AttentionCGSupport:
         """The minimum support over the attention groups of one pipeline stage's layers."""
@@ -262,9 +280,7 @@ RUNNER_SCOPE = {
     Runner.MRV1: {"max_uniform_decode_query_len": 3,
                   "unmodelled": tuple(f for f in OPTIONAL_FIELDS
                                       if f not in ("data_parallel_size", "attention_support_draft_only"))},
-    # MRV2's micro-batch runner exists only with DP > 1 and holds FULL graphs only
-    # (``33:v1/worker/gpu/ubatch_utils.py:545-559``).
-    Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ("ubatching",)},
+    Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ()},
 }
 
 

@@ -175,7 +175,7 @@ def loads(text: str, source: str = "<trace>") -> Trace:
         events = [event_from_json(e) for e in data["events"]]
     except (ValueError, TypeError) as exc:
         raise TraceError(f"{source}: {exc}") from None
-    problem = ranks_problem(events, scenario.data_parallel_size) or lora_problem(
+    problem = ranks_problem(events, scenario.data_parallel_size, scenario.micro_batched) or lora_problem(
         events, scenario.max_loras, scenario.uniform_decode_query_len, MAX_NUM_SEQS)
     if problem:
         raise TraceError(f"{source}: {problem}")

@@ -8,7 +8,9 @@ Each scenario setting maps to something a user sets (``contract/core/scenario.py
 - ``breakable``: ``VLLM_USE_BREAKABLE_CUDAGRAPH``, set to 0 explicitly when off: unset,
   ``_maybe_enable_breakable_cudagraph`` turns it on for some architectures (``config/vllm.py``).
 - ``ubatching``: ``--enable-dbo``, which needs data parallelism with expert parallelism and a
-  DeepEP all-to-all backend (``config/parallel.py``), so a mixture-of-experts checkpoint.
+  DeepEP all-to-all backend (``config/parallel.py``), so a mixture-of-experts checkpoint; on MRV2
+  with the modelled thresholds (``--dbo-decode-token-threshold``, ``--dbo-prefill-token-threshold``).
+- ``data_parallel_size``: ``--data-parallel-size``, one GPU per rank.
 - ``cudagraph_mode``, ``compilation_mode``, ``splitting_ops``: ``--compilation-config``.
 - ``attention_support``: the minimum ``AttentionCGSupport`` over the model's attention metadata
   builders, so an attention backend, an ``--attention-config`` that pins what the backend's
@@ -50,7 +52,16 @@ from pathlib import Path
 
 from contract.evidence import weights
 from contract.evidence.release_facts import adaptive_refused, support_by_capability
-from contract.core.scenario import ConfigRevision, DrafterKind, Runner, Scenario, Speculator, SplittingOps
+from contract.core.scenario import (
+    DBO_DECODE_TOKEN_THRESHOLD,
+    DBO_PREFILL_TOKEN_THRESHOLD,
+    ConfigRevision,
+    DrafterKind,
+    Runner,
+    Scenario,
+    Speculator,
+    SplittingOps,
+)
 
 HF_CONFIGS = Path(__file__).with_name("hf_configs")
 RELEASES = ("0.29.0", "0.30.0", "0.33.0", "0.34.0")
@@ -263,6 +274,7 @@ def reach(s: Scenario, release: str) -> Reach:
         caps = kept
 
     stored = checkpoints()
+    ranks = max(s.data_parallel_size, 2 if s.ubatching else 1)  # MRV1's DBO scenarios leave it at 1
     with_model = s.drafter is DrafterKind.WITH_MODEL
     speculative: dict | None = None
     draft: str | None = None
@@ -275,13 +287,14 @@ def reach(s: Scenario, release: str) -> Reach:
         notes.append(f"{model}: its RoPE layers are ChunkedLocalAttention (model_executor/models/llama4.py), whose "
                      "metadata builder reports NEVER under every backend")
     elif s.ubatching:
-        if s.runner is Runner.MRV2:
-            return not_reachable(release, "MRV2's micro-batching is outside the modelled space")
         model = MOE
-        extra += ["--data-parallel-size", "2", "--enable-expert-parallel", "--all2all-backend",
+        extra += ["--data-parallel-size", str(ranks), "--enable-expert-parallel", "--all2all-backend",
                   "deepep_low_latency", "--enable-dbo"]
+        if s.runner is Runner.MRV2:  # the modelled batches' thresholds (vLLM's defaults are 32 and 512)
+            extra += ["--dbo-decode-token-threshold", str(DBO_DECODE_TOKEN_THRESHOLD),
+                      "--dbo-prefill-token-threshold", str(DBO_PREFILL_TOKEN_THRESHOLD)]
         notes.append("DBO needs data parallelism with expert parallelism and a DeepEP all-to-all backend: "
-                     "2 GPUs and DeepEP installed")
+                     f"{ranks} GPUs and DeepEP installed")
         if with_model:
             model, speculative, draft = MOE_MTP, {"method": "mtp"}, MOE_MTP
             notes.append(f"{MOE_MTP}'s MTP layer drafts: a draft under expert parallelism must have experts "
@@ -294,6 +307,8 @@ def reach(s: Scenario, release: str) -> Reach:
         notes.append(note)
     else:
         model = DENSE
+    if s.data_parallel_size > 1 and not s.ubatching:
+        extra += ["--data-parallel-size", str(ranks)]
 
     target = facts.target(stored[model].architecture)
     target_compiled = target is not None and target.status == model_facts.COMPILED
@@ -332,9 +347,9 @@ def reach(s: Scenario, release: str) -> Reach:
         extra += ["--specialize-active-lora"] if s.specialize_active_lora else []
         notes.append(f"a batch with LoRA adapters needs its requests to name them: up to {s.max_loras} LoRA adapters "
                      f"of {model}, loaded with --lora-modules adapter-1=PATH ... (none is stored)")
-    gpus_needed = 2 if s.ubatching else s.pipeline_parallel_size
+    gpus_needed = ranks * s.pipeline_parallel_size
     loaded = [(model, draft == model)] + ([(draft, False)] if draft is not None and draft != model else [])
-    fit = weights.fit(loaded, release, expert_parallel=2 if s.ubatching else 1)
+    fit = weights.fit(loaded, release, expert_parallel=ranks if s.ubatching else 1)
     if fit.fp8:
         extra += ["--quantization", "fp8"]
     return Reach(True, "", Plan(release, s, tuple(env), model, backend, dict(attention_config), speculative,

@@ -300,5 +300,19 @@ MIRRORED += (
 )
 
 
+# ``execute_model``'s micro-batch state, called by the replay on ``ubatch_utils.py``'s stand-in runner
+# (the block tables and slot mappings it splits are the KV-cache plumbing the stand-in runner lacks).
+MRV2_UBATCH_STATE = "execute_model: micro-batch state"
+MIRRORED += (
+    Mirrored(
+        point=MRV2_UBATCH_STATE, runner="MRV2",
+        path="v1/worker/gpu/model_runner.py", class_name="GPUModelRunner", method="execute_model",
+        starts=("ubatch_state: UBatchState | None = None", "if batch_desc.num_ubatches > 1:"),
+        digests={"0.33.0": "e3b771073505c96071196998898b03287af136a8a724f1c4afc0d45abdd2d8e7",
+                 "0.34.0": "e7f246d25a733791ed8f41795e84fd78616334d3f09fb1667f328d46e058ba25"},
+    ),
+)
+
+
 def mirrored_for(runner: str) -> tuple[Mirrored, ...]:
     return tuple(m for m in MIRRORED if m.runner == runner)

@@ -18,7 +18,17 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
-from contract.core.scenario import CUDAGRAPH_CAPTURE_SIZES, MAX_NUM_SEQS, DrafterKind, Scenario, Speculator, SplittingOps
+from contract.core.scenario import (
+    CUDAGRAPH_CAPTURE_SIZES,
+    DBO_DECODE_TOKEN_THRESHOLD,
+    DBO_PREFILL_TOKEN_THRESHOLD,
+    MAX_NUM_SEQS,
+    DrafterKind,
+    Runner,
+    Scenario,
+    Speculator,
+    SplittingOps,
+)
 
 # A tiny Llama: ModelConfig reads only config.json (HF_HUB_OFFLINE=1).
 TINY_LLAMA = {
@@ -230,9 +240,13 @@ class ConfigCache:
         elif scenario.splitting_ops is SplittingOps.EMPTY:
             kwargs["splitting_ops"] = []
         # use_ubatching = enable_dbo or ubatch_size > 1 (config/parallel.py); DBO asserts one of
-        # the deepep/nixl all2all backends in ParallelConfig.__post_init__.
+        # the deepep/nixl all2all backends in ParallelConfig.__post_init__. MRV2's micro-batching
+        # scenarios set the thresholds below the modelled batches (a session replays one runner).
+        thresholds = (dict(dbo_decode_token_threshold=DBO_DECODE_TOKEN_THRESHOLD,
+                           dbo_prefill_token_threshold=DBO_PREFILL_TOKEN_THRESHOLD)
+                      if scenario.runner is Runner.MRV2 else {})
         parallel = (
-            ParallelConfig(enable_dbo=True, all2all_backend="deepep_low_latency")
+            ParallelConfig(enable_dbo=True, all2all_backend="deepep_low_latency", **thresholds)
             if scenario.ubatching else ParallelConfig()
         )
         # --no-enable-extensible-kv-cache (0.34.0; 0.33.0 has no such setting). Left unset, post-init

@@ -3,10 +3,10 @@ functions over an immutable manager value.
 
 A manager owns the FULL graphs it captured around a NONE-mode forward (``self.graphs``, keyed by
 ``BatchExecutionDescriptor``) and, for PIECEWISE, routes to its breakable runner or to the model.
-Candidates follow ``_init_candidates``; dispatch follows ``dispatch`` and ``_is_compatible``. The
-modelled space has no micro-batching (several DP ranks agree in ``dp_utils.py``), so
-``num_ubatches`` is 1 everywhere and is left out of the descriptor. Every descriptor is built once
-per LoRA capture case (``lora_cases``; ``(0,)`` without LoRA and for every speculator manager).
+Candidates follow ``_init_candidates``; dispatch follows ``dispatch`` and ``_is_compatible``. Every
+descriptor is built once per LoRA capture case (``lora_cases``; ``(0,)`` without LoRA and for every
+speculator manager); under micro-batching each FULL one that splits gets its twin
+(``ubatch_utils.py``), and ``num_ubatches`` is written out only when above 1.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from itertools import groupby
 from contract.core.capture_sizes import cdiv, decode_cudagraph_capture_shapes
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
 from contract.core.scenario import MAX_NUM_SEQS
+from contract.runners.mrv2.model.ubatch_utils import UBatching, ubatch_twin
 
 RELEASES = ("0.33", "0.34")
 
 
 @dataclass(frozen=True)
 class BatchExecutionDescriptor:
-    """``33:…/cudagraph_utils.py:70-85``, ``34:…:74-89`` without the micro-batch field;
-    ``num_active_loras`` is written out only when not 0."""
+    """``33:…/cudagraph_utils.py:70-85``, ``34:…:74-89``; ``num_active_loras`` is written out only
+    when not 0, ``num_ubatches`` only when above 1."""
 
     cg_mode: CUDAGraphMode
     num_tokens: int
@@ -32,10 +33,12 @@ class BatchExecutionDescriptor:
     uniform_token_count: int | None = None
     max_query_len: int | None = None
     num_active_loras: int = 0
+    num_ubatches: int = 1
 
     def __str__(self) -> str:
         extra = "".join(f",{k}={v}" for k, v in (("utc", self.uniform_token_count), ("mql", self.max_query_len),
-                                                   ("loras", self.num_active_loras or None))
+                                                   ("loras", self.num_active_loras or None),
+                                                   ("ubatches", self.num_ubatches if self.num_ubatches > 1 else None))
                         if v is not None)
         reqs = "" if self.num_reqs is None else f",{self.num_reqs}"
         return f"BED({self.cg_mode.name},{self.num_tokens}{reqs}{extra})"
@@ -45,20 +48,22 @@ class BatchExecutionDescriptor:
                "uniform_token_count": self.uniform_token_count, "max_query_len": self.max_query_len}
         if self.num_active_loras:
             out["num_active_loras"] = self.num_active_loras
+        if self.num_ubatches > 1:
+            out["num_ubatches"] = self.num_ubatches
         return out
 
     @classmethod
     def from_json(cls, data: dict, cg_mode: CUDAGraphMode) -> BatchExecutionDescriptor:
         """The descriptor a dispatch recorded; its ``cg_mode`` is the dispatch's runtime mode."""
         return cls(cg_mode, data["num_tokens"], data.get("num_reqs"), data.get("uniform_token_count"),
-                   data.get("max_query_len"), data.get("num_active_loras", 0))
+                   data.get("max_query_len"), data.get("num_active_loras", 0), data.get("num_ubatches", 1))
 
 
 BED = BatchExecutionDescriptor
 
 
 def is_compatible(desc: BED, num_reqs: int, num_tokens: int, uniform_token_count: int | None,
-                  max_query_len: int | None, num_active_loras: int = 0) -> bool:
+                  max_query_len: int | None, num_active_loras: int = 0, num_ubatches: int = 1) -> bool:
     """``_is_compatible`` (``33:…:111-138``, ``34:…:115-142``)."""
     return (
         (desc.uniform_token_count is None or desc.uniform_token_count == uniform_token_count)
@@ -66,6 +71,7 @@ def is_compatible(desc: BED, num_reqs: int, num_tokens: int, uniform_token_count
         and (desc.num_reqs is None or desc.num_reqs >= num_reqs)
         and desc.num_tokens >= num_tokens
         and desc.num_active_loras == num_active_loras
+        and desc.num_ubatches == num_ubatches
     )
 
 
@@ -106,13 +112,14 @@ class CudaGraphManager:
     capture_descs: tuple[tuple[CUDAGraphMode, tuple[BED, ...]], ...] = field(compare=False)  # PIECEWISE first
     # `_candidates[(num_tokens, loras)]`: per LoRA case (lora_cases' order), index = num_tokens
     candidates: tuple[tuple[tuple[BED, ...], ...], ...] = field(compare=False)
-    decode_descs: tuple[tuple[tuple[int, int], tuple[BED, ...]], ...] = field(compare=False)  # 0.34 by (q, loras)
+    decode_descs: tuple[tuple[tuple[int, int, int], tuple[BED, ...]], ...] = field(compare=False)  # 0.34 by (q, loras, ubatches)
     use_breakable_cg: bool = False
     breakable_runner: bool = False  # init_breakable_cg_runner ran
     key_fn: bool = False  # the breakable runner keys entries by (BD, spec_step_idx % num_layers)
     graphs: frozenset[BED] = frozenset()
     graphs_captured: bool = False
     lora_cases: tuple[int, ...] = (0,)  # self.lora_capture_cases
+    ubatching: UBatching | None = None  # the micro-batch runner's settings; None: no runner
 
     @property
     def runner_layer(self) -> str:
@@ -152,15 +159,21 @@ def varlen_decode_cudagraph_capture_grid(max_tokens: int) -> list[int]:
 def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[int, ...], q: int, *,
           target_q: int, use_breakable_cg: bool, varlen_decode: bool = False,
           decode_request_sizes: list[int] | None = None, lora_cases: tuple[int, ...] = (0,),
-          breakable_pads_requests: bool = False) -> CudaGraphManager:
+          breakable_pads_requests: bool = False, ubatching: UBatching | None = None,
+          twin_keeps_query_len: bool = True) -> CudaGraphManager:
     """``CudaGraphManager.__init__`` + ``_init_candidates`` (``33:…:256-394``, ``34:…:289-426``): each
     descriptor once per LoRA case, the case varying fastest (``product(sizes, lora_capture_cases)``).
     Token-keyed PIECEWISE descriptors pad no requests (``num_reqs=None``, ``33:…:355-363``,
     ``34:…:364-372``): break-point kernels read the real batch; ``breakable_pads_requests`` pads them
-    under a breakable runner as FULL ones are (vLLM #48822, mutants only)."""
+    under a breakable runner as FULL ones are (vLLM #48822, mutants only). Each FULL descriptor's
+    micro-batch twin follows it (``_maybe_ubatch_twin`` after each ``append``, ``33:…:345-348,372-374``,
+    ``34:…:353-355,381-383``)."""
     pads = use_breakable_cg and breakable_pads_requests
     token_keyed, decode = _descs_0_33(mode, capture_sizes, q, varlen_decode, lora_cases, pads) if release == "0.33" \
         else _descs_0_34(mode, capture_sizes, q, target_q, varlen_decode, decode_request_sizes, lora_cases, pads)
+    if ubatching is not None:
+        token_keyed = _with_twins(token_keyed, ubatching, twin_keeps_query_len, dedup=False)
+        decode = _with_twins(decode, ubatching, twin_keeps_query_len, dedup=release == "0.33")
     by_mode: dict[CUDAGraphMode, list[BED]] = {}
     for d in decode + token_keyed:
         by_mode.setdefault(d.cg_mode, []).append(d)
@@ -184,16 +197,30 @@ def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[in
         candidates.append(tuple(tuple(c) for c in per_tokens))
     tables = []
     if release == "0.34":
-        for key in sorted({(d.uniform_token_count, d.num_active_loras) for d in decode}):
+        for key in sorted({(d.uniform_token_count, d.num_active_loras, d.num_ubatches) for d in decode}):
             table: list[BED] = []
-            for d in sorted((d for d in decode if (d.uniform_token_count, d.num_active_loras) == key),
+            for d in sorted((d for d in decode if (d.uniform_token_count, d.num_active_loras, d.num_ubatches) == key),
                             key=lambda d: d.num_tokens):
                 table.extend([d] * (d.num_reqs + 1 - len(table)))
             tables.append((key, tuple(table)))
     built_from = (release, capture_sizes, q, target_q, varlen_decode,
-                  None if decode_request_sizes is None else tuple(decode_request_sizes), lora_cases)
+                  None if decode_request_sizes is None else tuple(decode_request_sizes), lora_cases, ubatching,
+                  twin_keeps_query_len)
     return CudaGraphManager(layer, mode, built_from, capture, tuple(candidates), tuple(tables),
-                            use_breakable_cg=use_breakable_cg, lora_cases=lora_cases)
+                            use_breakable_cg=use_breakable_cg, lora_cases=lora_cases, ubatching=ubatching)
+
+
+def _with_twins(descs: list[BED], u: UBatching, keeps_query_len: bool, dedup: bool) -> list[BED]:
+    """Each descriptor, then its micro-batch twin where it has one; 0.33's decode loop skips a twin
+    already listed (``33:…:345-348``). Varlen decode descriptors get none (``33:…:309-317``,
+    ``34:…:314-329``)."""
+    out: list[BED] = []
+    for d in descs:
+        out.append(d)
+        twin = None if d.max_query_len is not None else ubatch_twin(u, d, keeps_query_len)
+        if twin is not None and not (dedup and twin in out):
+            out.append(twin)
+    return out
 
 
 def _descs_0_33(mode, sizes, q, varlen, lora_cases, pads=False):
@@ -247,24 +274,25 @@ def _descs_0_34(mode, sizes, q, target_q, varlen, decode_request_sizes, lora_cas
 
 
 def dispatch(m: CudaGraphManager | None, num_reqs: int, num_tokens: int, uniform_token_count: int | None,
-             max_query_len: int | None = None, num_active_loras: int = 0) -> BED:
+             max_query_len: int | None = None, num_active_loras: int = 0, num_ubatches: int = 1) -> BED:
     """``dispatch`` (``33:…:523-553``, ``34:…:558-602``): NONE until ``_graphs_captured``; 0.34
-    tries the decode table of the batch's query length first; k active adapters look up the LoRA
-    case ``effective_loras`` gives, and a NONE descriptor carries it too."""
+    tries the decode table of the batch's query length (and micro-batch count) first; k active
+    adapters look up the LoRA case ``effective_loras`` gives, and a NONE descriptor carries it and
+    the micro-batch count too."""
     loras = num_active_loras if m is None or not num_active_loras else effective_loras(m.lora_cases, num_active_loras)
     if m is not None and m.graphs_captured and num_tokens > 0:
         by_tokens = m.candidates[0] if not loras else m.candidates[m.lora_cases.index(loras)] \
             if loras in m.lora_cases else ()
         candidates = list(by_tokens[num_tokens]) if num_tokens < len(by_tokens) else []
         if uniform_token_count is not None:
-            table = dict(m.decode_descs).get((uniform_token_count, loras), ())
+            table = dict(m.decode_descs).get((uniform_token_count, loras, num_ubatches), ())
             n = cdiv(num_tokens, uniform_token_count)
             if n < len(table):
                 candidates = [table[n], *candidates]
         for desc in candidates:
-            if is_compatible(desc, num_reqs, num_tokens, uniform_token_count, max_query_len, loras):
+            if is_compatible(desc, num_reqs, num_tokens, uniform_token_count, max_query_len, loras, num_ubatches):
                 return desc
-    return BED(NONE, num_tokens, num_reqs, num_active_loras=loras)
+    return BED(NONE, num_tokens, num_reqs, num_active_loras=loras, num_ubatches=num_ubatches)
 
 
 def specialize_spec_tokens(m: CudaGraphManager, desc: BED) -> BED:

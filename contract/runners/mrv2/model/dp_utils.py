@@ -6,8 +6,13 @@ agrees one descriptor: an all-reduce of each rank's token count, mode, uniform t
 query-length bound; NONE on every rank when any rank's mode is NONE (each then runs its own token
 count); else a re-dispatch on every rank at the largest token count, with the uniform token count
 only where all ranks share it and the largest query-length bound only where every rank has one
-(``34:…/dp_utils.py:49-229``, ``33:…:45-209``; the micro-batch branch is outside the modelled space).
-The ranks' managers are alike: every rank runs the same start-up, so one manager value serves all.
+(``34:…/dp_utils.py:49-229``, ``33:…:45-209``). Under micro-batching (the manager's ``ubatching``: a
+micro-batch runner exists on every rank) the agreement first asks whether the smallest rank's batch
+reaches the threshold (the decode one when every rank runs a uniform decode of the decode query
+length); if so every rank takes the micro-batched graph of the largest token count, whatever its own
+mode, or an eager micro-batched run when none matches or a rank's second micro-batch would be empty
+(``34:…:127-180``, ``33:…:103-154``). The ranks' managers are alike: every rank runs the same
+start-up, so one manager value serves all.
 
 An idle rank runs the worker's dummy batch: ``execute_dummy_batch`` asks ``_dummy_run`` for
 ``decode_query_len`` tokens as a uniform decode, one request of ``q`` tokens
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from contract.core.modes import NONE, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
+from contract.runners.mrv2.model.ubatch_utils import check_ubatch_thresholds
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,22 @@ def dispatch_cg_and_sync_dp(manager: CudaGraphManager | None, batches: tuple[Ran
 
 
 def _agree(manager, batches: tuple[RankBatch, ...], alone: list[BED], take_min: bool) -> tuple[BED, ...]:
-    """``sync_cudagraph_and_dp_padding`` without micro-batching."""
+    """``sync_cudagraph_and_dp_padding``."""
     counts = {b.uniform_token_count or 0 for b in batches}
     uniform = next(iter(counts)) if len(counts) == 1 and 0 not in counts else None
+    u = manager.ubatching if manager is not None else None
+    if u is not None:
+        q = manager.built_from[2]  # decode_query_len; a rank's uniform_decode is uniform_tok_count == q
+        fewest, most = min(b.num_tokens for b in batches), max(b.num_tokens for b in batches)
+        if check_ubatch_thresholds(u, fewest, uniform_decode=counts == {q}):
+            out = []
+            for b in batches:
+                d = cgu.dispatch(manager, b.num_reqs, most, uniform, num_active_loras=b.num_active_loras,
+                                 num_ubatches=u.num_ubatches)
+                if 2 * fewest < d.num_tokens:  # an empty second micro-batch on some rank
+                    d = BED(NONE, most, b.num_reqs, num_ubatches=u.num_ubatches)
+                out.append(d)
+            return tuple(out)
     bounds = [b.max_query_len for b in batches]
     max_query_len = None if None in bounds else max(bounds)
     pick = min if take_min else max

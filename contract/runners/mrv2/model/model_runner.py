@@ -37,10 +37,11 @@ from contract.core.events import (
     Propose,
     Resolve,
     lora_problem,
+    ranks_problem,
 )
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
-from contract.runners.mrv2.model import dp_utils, pp_utils, spec_decode
+from contract.runners.mrv2.model import dp_utils, pp_utils, spec_decode, ubatch_utils
 from contract.runners.mrv2.model.dp_utils import RankBatch
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
 from contract.core.observation import (
@@ -146,6 +147,8 @@ def enabled(scenario: Scenario, policy, state: RunnerState, event: Event) -> boo
         q = scenario.uniform_decode_query_len
         if len(event.peers) != scenario.data_parallel_size - 1 or any(
                 p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
+            return False
+        if ranks_problem([event], scenario.data_parallel_size, scenario.micro_batched):
             return False
         return state.captured and not (event.num_active_loras
                                        and lora_problem([event], scenario.max_loras, q, MAX_NUM_SEQS))
@@ -357,7 +360,9 @@ class _Step:
         target = cgu.build("target:CudaGraphManager", p.release, r, sizes, q, target_q=q,
                            use_breakable_cg=p.use_breakable_cg(s.breakable, r),
                            varlen_decode=s.adaptive_verification, lora_cases=lora_cases,
-                           breakable_pads_requests=p.breakable_pads_requests)
+                           breakable_pads_requests=p.breakable_pads_requests,
+                           ubatching=ubatch_utils.ubatching(s, p.release),  # maybe_build_ubatch_runner, 34:…:768-775
+                           twin_keeps_query_len=p.ubatch_twin_keeps_query_len)
         managers = spec_decode.SpeculatorManagers()
         if s.drafter is DrafterKind.WITH_MODEL:
             managers = spec_decode.init_cudagraph_manager(s, p, r, sizes)

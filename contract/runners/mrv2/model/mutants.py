@@ -16,6 +16,7 @@ from contract.core.mutant import (
     full_graphs,
     hybrid,
     lora,
+    micro_batched,
     on_ranks,
     on_stages,
     replacing,
@@ -191,6 +192,13 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P9']),
            build=replacing(dp_dummy_batch_aligned=False),
            reaches=on_ranks),
+    Mutant("mrv2_ubatch_twin_any_batch", "mrv2_0_34", "ranks",
+           "_maybe_ubatch_twin keeps the descriptor's own uniform_token_count (None for a mixed batch's graph) "
+           "instead of its requests' query length: a micro-batched FULL graph then serves mixed batches "
+           "(MRV1's vLLM #25625 hang)",
+           kills=frozenset(['P7']),
+           build=replacing(ubatch_twin_keeps_query_len=False),
+           reaches=micro_batched),
     Mutant("mrv2_resolve_ignores_draft_layers", "mrv2_0_34", "attention",
            "init_attn_backend's get_attn_cg_support checks the target's layers alone: a weaker "
            "speculative_config.attention_backend no longer lowers the mode, and the draft model captures FULL "

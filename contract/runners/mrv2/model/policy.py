@@ -119,6 +119,10 @@ class Mrv2Policy:
     breakable_pads_requests: bool = False
     # resolve's Mamba check: (resolved mode, mamba_cache_blocks, max_num_reqs, is_profiling) -> refused
     mamba_blocks_rejected: Callable[[CUDAGraphMode, int | None, int, bool], bool] = _resolve.mamba_blocks_rejected
+    # _maybe_ubatch_twin keys a FULL descriptor's micro-batch twin by its requests' query length
+    # (34:v1/worker/gpu/cudagraph_utils.py:285-287); False: the twin keeps the descriptor's own,
+    # None for a mixed batch's graph (mutants only)
+    ubatch_twin_keeps_query_len: bool = True
 
     @property
     def engine(self) -> Engine:

@@ -37,7 +37,7 @@ from contract.runners.mrv2.model.model_runner import has_compiled_submodule, ski
 def alphabet(scenario: Scenario) -> tuple:
     q = scenario.uniform_decode_query_len
     batches = [(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
-               if not uniform or n % q == 0 for eager in (False, True)]
+               if not uniform or n % q == 0 for eager in ((False,) if scenario.ubatching else (False, True))]
     if scenario.data_parallel_size > 1:
         return START_UP + on_ranks(batches, scenario.data_parallel_size)
     serving = [ExecuteModel(*b) for b in batches]
@@ -60,7 +60,7 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
             skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only,
             scenario.data_parallel_size, scenario.pipeline_parallel_size, scenario.attention_support_stage,
-            scenario.max_loras, scenario.specialize_active_lora, scenario.mamba_cache_blocks)
+            scenario.max_loras, scenario.specialize_active_lora, scenario.mamba_cache_blocks, scenario.ubatching)
 
 
 def all_scenarios() -> list[Scenario]:
@@ -126,6 +126,9 @@ def all_scenarios() -> list[Scenario]:
                                                 ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2))):
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=drafter, uniform_decode_query_len=q,
                             mamba_cache_blocks=FEW_MAMBA_BLOCKS))
+    # Micro-batching (--enable-dbo) on two DP ranks: every mode vLLM accepts with it, without a drafter.
+    for mode, dp in itertools.product((FULL_AND_PIECEWISE, FULL, FULL_DECODE_ONLY, NONE), DP_SIZES):
+        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, data_parallel_size=dp, ubatching=True))
     return out
 
 
@@ -178,6 +181,11 @@ _LORA = hst.sampled_from(((0, False),) * 2 * (2 * MAX_LORAS) + tuple(
     (n, specialize) for n in range(1, MAX_LORAS + 1) for specialize in (False, True)))
 # no Mamba layer in three draws of four; a hybrid model's cache with fewer blocks than max_num_seqs, or as many
 _MAMBA_CACHE_BLOCKS = hst.sampled_from((None,) * 6 + (FEW_MAMBA_BLOCKS, MAX_NUM_SEQS))
+_UBATCHING = hst.sampled_from((False, True, True, True))  # three of four multi-rank lanes without a drafter
+# A DBO lane's mode and ranks, drawn again: FULL (whose token-keyed graphs get twins) most, two ranks most
+# (on more, some rank's batch is more often below the threshold and nothing splits)
+_DBO_MODE = hst.sampled_from((FULL, FULL, FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE))
+_DBO_RANKS = hst.sampled_from((2, 2, 2, 3, 4))
 _WEAK_STAGE = {pp: hst.sampled_from((None, *range(pp))) for pp in range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)}
 # Under adaptive verification only the pairs that apply are drawn, a weaker draft-only backend most
 # often: a field-by-field draw would rarely reach them. Without it, the draft-only backend is drawn
@@ -227,7 +235,11 @@ def _draw_scenario(draw) -> Scenario:
     # drawn last, so the other fields' draws stay what they were before LoRA was modelled
     loras, specialize = draw(_LORA) if dp == 1 and pp == 1 else (0, False)
     mamba = draw(_MAMBA_CACHE_BLOCKS) if dp == 1 and pp == 1 else None
-    return Scenario(**fields, max_loras=loras, specialize_active_lora=specialize, mamba_cache_blocks=mamba)
+    ubatching = dp > 1 and not has_spec and draw(_UBATCHING)
+    if ubatching:
+        fields.update(cudagraph_mode=draw(_DBO_MODE), data_parallel_size=draw(_DBO_RANKS))
+    return Scenario(**fields, max_loras=loras, specialize_active_lora=specialize, mamba_cache_blocks=mamba,
+                    ubatching=ubatching)
 
 
 def scenarios():

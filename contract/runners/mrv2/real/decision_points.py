@@ -38,7 +38,7 @@ RUNNER = "MRV2"
 _RUNNER_METHODS = ("get_model", "profile_cudagraph_memory", "capture_model", "needs_cudagraph_capture",
                    "gather_batch_req_state")
 _MANAGER_METHODS = ("__init__", "_init_candidates", "capture", "dispatch", "run_fullgraph", "run_pw_graph",
-                    "init_breakable_cg_runner", "release_graphs", "needs_capture")
+                    "init_breakable_cg_runner", "release_graphs", "needs_capture", "_maybe_ubatch_twin")
 _MODEL_RUNNER_GLOBALS = ("has_compiled_submodule", "maybe_create_adaptive_verification_manager",
                          "resolve_adaptive_cudagraph_mode", "dispatch_cg_and_sync_dp",
                          "set_forward_context", "_profile_cudagraph_memory", "get_uniform_decode_token_count")
@@ -48,6 +48,7 @@ BLOCKS = {
     "attn_cg_support": "init_attn_backend (metadata builders and support)",
     "narrow": "GPUModelRunner.initialize_kv_cache (support narrowing)",
     "adaptive_verification": "GPUModelRunner.initialize_kv_cache (adaptive verification block)",
+    "ubatch_runner": "GPUModelRunner.initialize_kv_cache (micro-batch runner)",
     "initialize_kv_cache": "GPUModelRunner.initialize_kv_cache (mode block)",
     "init_speculator_cudagraph_manager": "GPUModelRunner.initialize_kv_cache (speculator block)",
     "batch": "GPUModelRunner.execute_model (batch statements)",
@@ -88,9 +89,10 @@ def install(session, run_class) -> decisions.Log:
         name: dataclasses.replace(block, function=decisions.tracked(block.function, BLOCKS[name], _location(block)))
         for name, block in ((n, getattr(session.blocks, n)) for n in session.blocks.__dataclass_fields__)
     })
-    from contract.runners.mrv2.real import model_runner
+    from contract.runners.mrv2.real import model_runner, ubatch_utils
 
     decisions.track_attribute(model_runner, "scheduled_batch", decisions.MRV2_BATCH)
+    decisions.track_attribute(ubatch_utils, "prepare", decisions.MRV2_UBATCH_STATE)
     decisions.track_attribute(run_class, "on_profile_run", decisions.MRV2_BATCH)
     log = decisions.Log()
     decisions.LOG = log

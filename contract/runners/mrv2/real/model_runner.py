@@ -7,6 +7,7 @@
   ``34:…:734-735``); the statements that name the target's attention layers and create the
   adaptive verification manager, whose check refuses backends that cannot replay varlen decode
   batches (``33:…:676-717``, ``34:…:711-752``; the groups are ``attention.py``'s stand-ins); the
+  statement that builds the micro-batch runner (``33:…:733-740``, ``34:…:768-775``; ``ubatch_utils.py``); the
   statements from ``piecewise_capture_available = …`` to the
   ``ModelCudaGraphManager(...)`` construction (adaptive verification's rewrite, resolve, the new
   manager; ``33:…:748-774``, ``34:…:783-811``), and ``speculator.init_cudagraph_manager`` (``33:…:789-792``,
@@ -59,6 +60,7 @@ class Blocks:
     attn_cg_support: Block
     narrow: Block
     adaptive_verification: Block
+    ubatch_runner: Block
     initialize_kv_cache: Block
     init_speculator_cudagraph_manager: Block
     batch: Block
@@ -96,6 +98,9 @@ def load(module) -> Blocks:
              ("additional_attn_cg_support = self.model_state.get_additional_cg_support()", None),
              ("self.adaptive_verification = maybe_create_adaptive_verification_manager(", None)],
             (),
+        ),
+        ubatch_runner=cut(
+            module, RUNNER, "initialize_kv_cache", [("self.ubatch_runner = maybe_build_ubatch_runner(", None)], (),
         ),
         initialize_kv_cache=cut(
             module, RUNNER, "initialize_kv_cache",

@@ -18,6 +18,8 @@ MODULES = (
     "vllm.v1.worker.gpu.cudagraph_utils",
     "vllm.v1.worker.gpu.dp_utils",
     "vllm.v1.worker.gpu.lora_utils",
+    "vllm.v1.worker.ubatch_utils",
+    "vllm.v1.worker.gpu.ubatch_utils",
     "vllm.v1.worker.gpu.model_runner",
 )
 SPECULATORS = "vllm.v1.worker.gpu.spec_decode"

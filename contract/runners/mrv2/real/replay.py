@@ -46,6 +46,7 @@ from contract.runners.mrv2.real import (
     model_runner,
     pp_utils,
     spec_decode,
+    ubatch_utils,
 )
 from contract.real.observe import Call, Recorder
 from contract.real.simcuda import SimCuda
@@ -314,6 +315,10 @@ class RealRun:
             speculator = spec_decode.build(vllm_config, scenario, session.torch_device)
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal, one line
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
+        if scenario.ubatching:
+            # each rank's worker config holds the DP size maybe_build_ubatch_runner reads; the replay's
+            # config is built once for every rank
+            vllm_config.parallel_config.data_parallel_size = scenario.data_parallel_size
         self.vllm_config = vllm_config
         self.runner = model_runner.stand_in_runner(
             session.gpu_model_runner, vllm_config, self.model, session.torch_device
@@ -473,6 +478,8 @@ class RealRun:
         attn_cg_support = self.attn_cg_support()
         try:
             self.adaptive_verification_check()
+            with ubatch_utils.runner_class():
+                self.session.blocks.ubatch_runner(self.runner)
             out = self.session.blocks.initialize_kv_cache(self.runner, attn_cg_support=attn_cg_support,
                                                           is_profiling=is_profiling)
             self.session.blocks.init_speculator_cudagraph_manager(self.runner, cudagraph_mode=out["cudagraph_mode"])
@@ -653,7 +660,9 @@ class RealRun:
                 ran = self.session.blocks.run_model(
                     self.runner, batch_desc=batch_desc, dp_sync_state=out["dp_sync_state"],
                     scheduler_output=scheduler_output, input_batch=input_batch, attn_metadata=None,
-                    model_inputs=model_inputs, ubatch_state=None, ubatch_slices=None,
+                    model_inputs=model_inputs, ubatch_state=ubatch_utils.prepare(self.runner, batch_desc,
+                                                                                 out["dp_sync_state"]),
+                    ubatch_slices=None,
                     slot_mappings_by_layer=None, skip_compiled=False,
                 )
         except AssertionError:
@@ -687,12 +696,13 @@ class RealRun:
 
 
 def _descriptor(desc, warmup: bool = False) -> dict:
-    """A ``BatchExecutionDescriptor`` in the model's JSON (no micro-batch field: the modelled
-    scenarios have none; ``num_active_loras`` when not 0); a warm-up run is the NONE run of the
-    descriptor's shape."""
+    """A ``BatchExecutionDescriptor`` in the model's JSON (``num_active_loras`` when not 0,
+    ``num_ubatches`` when above 1); a warm-up run is the NONE run of the descriptor's shape."""
     out = {"num_tokens": desc.num_tokens, "num_reqs": desc.num_reqs,
            "uniform_token_count": None if warmup else desc.uniform_token_count,
            "max_query_len": None if warmup else desc.max_query_len}
     if desc.num_active_loras and not warmup:
         out["num_active_loras"] = desc.num_active_loras
+    if getattr(desc, "num_ubatches", 1) > 1 and not warmup:
+        out["num_ubatches"] = desc.num_ubatches
     return out
