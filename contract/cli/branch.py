@@ -26,19 +26,27 @@ COMMITTED_REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
 
 def _step_line(c: branch_conform.StepChange) -> str:
-    def said(step: dict | None) -> str:
+    def said(step: dict | None, descriptors: bool = False) -> str:
         if step is None:
             return "not reached"
         if "cannot_build" in step:
             return f"refused at start-up ({step['cannot_build']})" if step["cannot_build"] else "built"
         if step.get("halted"):
             return f"stops: {step['halted']}"
-        acting = [f"{d['role']} {d['runtime_mode']}: " + (", ".join(f"{a['layer']} {a['action']}" for a in d["layers"]
-                                                                 if a["action"] != "passed") or "eager")
+        acting = [f"{d['role']} {d['runtime_mode']}{_descriptor(d) if descriptors else ''}: "
+                  + (", ".join(f"{a['layer']} {a['action']}" for a in d["layers"] if a["action"] != "passed") or "eager")
                   for d in step.get("dispatches", [])]
         mode = f"mode {step['cudagraph_mode']}; " if step.get("cudagraph_mode") else ""
         return mode + ("; ".join(acting) if acting else "no dispatch")
-    return f"  {c.trace} step {c.step} ({c.event}): base {said(c.base)} | branch {said(c.branch)}"
+    # where the same layers act on both sides, the difference is in the batch descriptors: say them
+    same = said(c.base) == said(c.branch)
+    return f"  {c.trace} step {c.step} ({c.event}): base {said(c.base, same)} | branch {said(c.branch, same)}"
+
+
+def _descriptor(dispatch: dict) -> str:
+    """`` (num_tokens=4, uniform_token_count=1, ...)``: the batch descriptor's set fields."""
+    desc = dispatch.get("batch_descriptor") or {}
+    return " (" + ", ".join(f"{k}={v}" for k, v in desc.items() if v is not None) + ")" if desc else ""
 
 
 UNEXERCISED = 3  # no replayed trace ran any change of the tree's: no verdict

@@ -50,7 +50,7 @@ def script(scenario: Scenario) -> list:
     events: list = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
     for n in NUM_TOKENS_DOMAIN:
         for uniform in (False, True) if n % q == 0 else (False,):
-            for peers in peer_sets(scenario.data_parallel_size, n):
+            for peers in peer_sets(scenario.data_parallel_size, n, uniform, scenario.micro_batched):
                 events.append(ExecuteModel(n, uniform, peers=peers))
             # with LoRA, again for each count of active adapters the batch's requests can ask for
             requests = batch_requests(ExecuteModel(n, uniform), q, MAX_NUM_SEQS)
@@ -63,14 +63,19 @@ def script(scenario: Scenario) -> list:
     return events
 
 
-def peer_sets(data_parallel_size: int, n: int) -> list[tuple[Peer, ...]]:
+def peer_sets(data_parallel_size: int, n: int, uniform: bool = False, micro_batched: bool = False
+              ) -> list[tuple[Peer, ...]]:
     """The other ranks beside a batch of ``n`` tokens: none on one rank; else every other rank idle,
     every other rank with a mixed batch of the next token count (the ranks pad to the larger), and
-    the last rank needing eager (``need_eager``) at ``FORCE_EAGER_AT``."""
+    the last rank needing eager (``need_eager``) at ``FORCE_EAGER_AT``. Under micro-batching every
+    other rank also brings the same batch: the decode threshold holds only where every rank runs a
+    uniform decode, and a mixed step splits only where the smallest rank reaches the prefill one."""
     k = data_parallel_size - 1
     if not k:
         return [()]
     out = [(Peer(0),) * k, (Peer(n % NUM_TOKENS_DOMAIN[-1] + 1),) * k]
+    if micro_batched:
+        out.append((Peer(n, uniform),) * k)
     if n == FORCE_EAGER_AT:
         out.append((Peer(0),) * (k - 1) + (Peer(n, force_eager=True),))
     return out
