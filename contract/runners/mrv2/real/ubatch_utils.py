@@ -33,15 +33,16 @@ class StandInUBatchRunner:
 
         return torch.cuda.current_stream()
 
-    def prepare(self, input_batch, block_tables, slot_mappings, batch_desc, dp_sync_state=None,
-                for_capture: bool = False):
-        return types.SimpleNamespace(slices=None, batch_desc=batch_desc)
+    def prepare(self, input_batch, block_tables, slot_mappings, *args, **kwargs):
+        """0.34.0 passes the descriptor and the DP agreement, 0.33.0 the mode; the stand-in splits
+        nothing and keeps the padded token count."""
+        return types.SimpleNamespace(slices=None, num_tokens=input_batch.num_tokens_after_padding)
 
     def begin_capturable_run(self, model, model_inputs: dict, ubatch_state, for_capture: bool = False):
         from vllm.config import CUDAGraphMode
         from vllm.forward_context import set_forward_context
 
-        num_tokens = ubatch_state.batch_desc.num_tokens
+        num_tokens = ubatch_state.num_tokens
 
         def finish():
             with set_forward_context(None, self.vllm_config, num_tokens=num_tokens,
@@ -70,10 +71,10 @@ def runner_class():
         ubatch_utils.UBatchRunner = real
 
 
-def prepare(runner, batch_desc, dp_sync_state):
+def prepare(runner, input_batch, batch_desc, dp_sync_state):
     """``execute_model``'s ``ubatch_state`` statement (``33:…/model_runner.py:1940-1951``,
     ``34:…:2007-2018``), with the stand-in's empty block tables and slot mappings."""
     if batch_desc.num_ubatches <= 1:
         return None
     assert runner.ubatch_runner is not None
-    return runner.ubatch_runner.prepare(None, (), None, batch_desc, dp_sync_state, for_capture=False)
+    return runner.ubatch_runner.prepare(input_batch, (), None, batch_desc, dp_sync_state, for_capture=False)
