@@ -42,7 +42,7 @@ class Ran:
     def markdown(self, release: str) -> str:
         w = self.where
         if w is None:
-            return f"`{self.point}` (vLLM's code; its source line was not located)"
+            return f"`{self.point}` (its source line was not located)"
         label = f"{w['path']}:{w['lines'][0]}-{w['lines'][1]}"
         link = permalink(release, w["path"], w["lines"])
         cited = f"[`{label}`]({link})" if link else f"`{label}`"

@@ -152,13 +152,13 @@ def tracked(function, point: str, location: dict | None = None):
     return shim
 
 
-def track_attribute(holder, name: str, point: str | None = None) -> None:
+def track_attribute(holder, name: str, point: str | None = None, location: dict | None = None) -> None:
     """Replace ``holder.name`` (a module global or a class attribute) by its tracked shim."""
     if isinstance(holder, type):
         raw = next(klass.__dict__[name] for klass in holder.__mro__ if name in klass.__dict__)
     else:
         raw = getattr(holder, name)
-    setattr(holder, name, tracked(raw, point or name))
+    setattr(holder, name, tracked(raw, point or name, location))
 
 
 def share(entries: list[dict]) -> float | None:

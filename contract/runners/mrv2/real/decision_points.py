@@ -63,6 +63,7 @@ BLOCKS = {
 def install(session, run_class) -> decisions.Log:
     """Shims on the session's vLLM code and blocks; ``run_class.execute`` is the harness's point.
     Returns the session's log (also ``decisions.LOG``)."""
+    import vllm
     import vllm.compilation.backends as backends
     from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
     from vllm.compilation.cuda_graph import CUDAGraphWrapper
@@ -91,9 +92,15 @@ def install(session, run_class) -> decisions.Log:
     })
     from contract.runners.mrv2.real import model_runner, ubatch_utils
 
-    decisions.track_attribute(model_runner, "scheduled_batch", decisions.MRV2_BATCH)
-    decisions.track_attribute(ubatch_utils, "prepare", decisions.MRV2_UBATCH_STATE)
-    decisions.track_attribute(run_class, "on_profile_run", decisions.MRV2_BATCH)
+    # each harness point is cited at the first vLLM statements it mirrors
+    package = Path(vllm.__file__).resolve().parent
+    mirrored: dict[str, dict | None] = {}
+    for m in decisions.mirrored_for(RUNNER):
+        mirrored.setdefault(m.point, m.location(package))
+    decisions.track_attribute(model_runner, "scheduled_batch", decisions.MRV2_BATCH, mirrored[decisions.MRV2_BATCH])
+    decisions.track_attribute(ubatch_utils, "prepare", decisions.MRV2_UBATCH_STATE,
+                              mirrored[decisions.MRV2_UBATCH_STATE])
+    decisions.track_attribute(run_class, "on_profile_run", decisions.MRV2_BATCH, mirrored[decisions.MRV2_BATCH])
     log = decisions.Log()
     decisions.LOG = log
     return log

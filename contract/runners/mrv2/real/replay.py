@@ -661,7 +661,8 @@ class RealRun:
                     self.runner, batch_desc=batch_desc, dp_sync_state=out["dp_sync_state"],
                     scheduler_output=scheduler_output, input_batch=input_batch, attn_metadata=None,
                     model_inputs=model_inputs,
-                    ubatch_state=ubatch_utils.prepare(self.runner, input_batch, batch_desc, out["dp_sync_state"]),
+                    ubatch_state=ubatch_utils.prepare(self.runner, input_batch, batch_desc, out["dp_sync_state"])
+                    if batch_desc.num_ubatches > 1 else None,
                     ubatch_slices=None,
                     slot_mappings_by_layer=None, skip_compiled=False,
                 )

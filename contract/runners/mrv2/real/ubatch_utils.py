@@ -72,9 +72,8 @@ def runner_class():
 
 
 def prepare(runner, input_batch, batch_desc, dp_sync_state):
-    """``execute_model``'s ``ubatch_state`` statement (``33:…/model_runner.py:1940-1951``,
-    ``34:…:2007-2018``), with the stand-in's empty block tables and slot mappings."""
-    if batch_desc.num_ubatches <= 1:
-        return None
+    """``execute_model``'s ``ubatch_state`` statement for a micro-batched descriptor
+    (``33:…/model_runner.py:1940-1951``, ``34:…:2007-2018``), with the stand-in's empty block tables
+    and slot mappings."""
     assert runner.ubatch_runner is not None
     return runner.ubatch_runner.prepare(input_batch, (), None, batch_desc, dp_sync_state, for_capture=False)
