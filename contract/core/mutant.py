@@ -76,7 +76,7 @@ def hybrid(scenario) -> bool:
 
 
 def micro_batched(scenario) -> bool:
-    return scenario.ubatching and scenario.data_parallel_size > 1
+    return scenario.micro_batched
 
 
 def full_graphs(scenario) -> bool:
