@@ -56,8 +56,8 @@ def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
     assert data["policy"] == policy_for(version, "mrv2")
     assert data["load_model_block"]["runner"] == "MRV2"
     assert set(data["load_model_block"]["blocks"]) == {
-        "attn_cg_support", "narrow", "adaptive_verification", "initialize_kv_cache", "init_speculator_cudagraph_manager", "batch",
-        "loras", "dispatch", "prepare_inputs", "pp_inputs", "run_model"}
+        "attn_cg_support", "narrow", "adaptive_verification", "ubatch_runner", "initialize_kv_cache",
+        "init_speculator_cudagraph_manager", "batch", "loras", "dispatch", "prepare_inputs", "pp_inputs", "run_model"}
     assert data["generated_traces"] > 50 and data["steps"] > 800
     steps = [x for d in data["disagreements"] for x in d.get("disagreements", [])]
     assert not steps, json.dumps(steps, indent=1)[:4000]
@@ -74,16 +74,16 @@ def test_every_mrv2_step_agrees_with_real_vllm(jobs, version):
 @pytest.mark.parametrize("version", RUN)
 def test_mrv2_decision_points_are_vllms_but_the_scheduled_batch(jobs, version):
     """Every replayed step notes its decision points (``mrv2/decision_points.py``): the harness
-    makes only the scheduled batch's counts, each guarded against this release's source, and vLLM's
-    code makes at least 90% of the step × point pairs."""
-    from contract.real.decisions import MRV2_BATCH, VLLM
+    makes only the scheduled batch's counts and a micro-batched step's state, each guarded against
+    this release's source, and vLLM's code makes at least 90% of the step × point pairs."""
+    from contract.real.decisions import MRV2_BATCH, MRV2_UBATCH_STATE, VLLM
 
     rc, out, err, _ = jobs("conform", version)
     assert out.strip(), err[-2000:]
     report = json.loads(Path(json.loads(out)["report"]).with_suffix(".json").read_text())
     dp = report["decision_points"]
     harness = {e["point"] for e in dp["steps"] if e["owner"] != VLLM}
-    assert harness == {MRV2_BATCH}, harness
+    assert harness == {MRV2_BATCH, MRV2_UBATCH_STATE}, harness
     assert dp["mirrored"] and all(m["known"] for m in dp["mirrored"]), dp["mirrored"]
     assert dp["share_vllm"] >= 0.9, dp["share_vllm"]
     made = {(e["event"], e["point"]) for e in dp["steps"]}
