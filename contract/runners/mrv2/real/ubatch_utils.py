@@ -24,7 +24,6 @@ class StandInUBatchRunner:
 
     def __init__(self, vllm_config, device, model_state, attn_groups, kv_cache_config, max_num_reqs):
         self.vllm_config = vllm_config
-        self.num_ubatches = vllm_config.parallel_config.num_ubatches
 
     @property
     def capture_stream(self):
