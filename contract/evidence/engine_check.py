@@ -31,7 +31,7 @@ before choosing Model Runner V2); whether FlashInfer's TRT-LLM kernels can be fe
 (``has_nvidia_artifactory()``, otherwise a network request; no unless a command says so); and the
 ``flashinfer``, ``torchvision`` and ``compressed_tensors`` packages, whose names the FlashInfer
 backend, Llama 4's model module and the quantization registry (reached by ``--quantization fp8``)
-import but which no config or support level calls (:class:`_StubLibrary`).
+import but which no config or support level calls (``contract.real.stub_library``).
 
 The parent (:func:`check`) writes the request, runs the child and validates the JSON it writes;
 :func:`compare` turns a result into one line per setting that differs from the scenario.
@@ -48,10 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.core import child
+from contract.real.stub_library import StubLibrary
 
 SCHEMA = "cudagraph-contract.engine-check"
 VERSION = 1
 ROOT = Path(__file__).resolve().parents[2]
+# GPU kernel packages and others absent here whose names vLLM imports at module level
+STUB_PACKAGES = ("flashinfer", "torchvision", "compressed_tensors")
 HF_CONFIGS = Path(__file__).with_name("hf_configs")
 # Compute capabilities the support level is evaluated at: A100 (8.0), A10/RTX 30 (8.6), L4/L40S/RTX 40
 # (8.9), H100/H200/GH200 (9.0), B200/GB200 (10.0), B300/GB300 (10.3), RTX PRO 6000 Blackwell/RTX 50
@@ -335,45 +338,6 @@ def _install_fa_stub() -> None:
     sys.modules["vllm.vllm_flash_attn.flash_attn_interface"] = interface
 
 
-class _StubLibrary:
-    """An import finder for GPU kernel packages absent on this CPU machine (``flashinfer``): the
-    attention backend modules import names from them at module level, and the support levels
-    read here never call them. Every name is a placeholder class."""
-
-    PACKAGES = ("flashinfer", "torchvision", "compressed_tensors")
-
-    def find_spec(self, name, path=None, target=None):
-        import importlib.machinery
-
-        if name.split(".")[0] in self.PACKAGES:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        import types
-
-        class Placeholder(type):
-            def __getattr__(cls, attr):
-                if attr.startswith("__"):
-                    raise AttributeError(attr)
-                return Placeholder(attr, (), {"__init__": lambda self, *a, **k: None})
-
-        class Stub(types.ModuleType):
-            __path__: list = []
-
-            def __getattr__(self, attr):
-                if attr.startswith("__"):
-                    raise AttributeError(attr)
-                value = Placeholder(attr, (), {"__init__": lambda self, *a, **k: None})
-                setattr(self, attr, value)
-                return value
-
-        return Stub(spec.name)
-
-    def exec_module(self, module):
-        module.__version__ = "0.0.0+stub"
-
-
 def _set_trtllm(available: bool) -> None:
     """``has_nvidia_artifactory()`` (``utils/flashinfer.py``) asks the network whether FlashInfer's
     TRT-LLM kernels can be downloaded; answer it instead."""
@@ -623,7 +587,7 @@ def run(request: dict) -> dict:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     from contract.real import platform
 
-    sys.meta_path.insert(0, _StubLibrary())
+    sys.meta_path.insert(0, StubLibrary(STUB_PACKAGES))
     # Imports that must not see the CUDA platform happen inside activate, before the flip: the
     # fixed list and the model modules of every stored checkpoint and its MTP draft.
     plat = platform.activate(PRE_IMPORTS + present(QUANTIZATION_IMPORTS) + model_modules(release))

@@ -18,7 +18,10 @@ is visible rather than silently absorbed. Why each patch is needed on CPU torch:
 - ``weak_ref_tensor(s)`` call ``torch.ops._C.weak_ref_tensor``, absent without ``vllm._C``
   (imported into ``compilation/cuda_graph.py`` and ``compilation/breakable_cudagraph.py``);
   a CPU tensor is its own weak reference here;
-- the platform's ``graph_pool_handle`` returns a ``SimPool`` (``platform.py``).
+- the platform's ``graph_pool_handle`` returns a ``SimPool`` (``platform.py``);
+- while an attention backend's module is imported (``attention_backends.py``), a tensor it allocates
+  on ``cuda`` at module level (``CUTLASS_MLA``'s workspace) goes to ``meta``: CPU torch has no
+  ``cuda`` device (:func:`device_allocations`).
 """
 
 from __future__ import annotations
@@ -123,6 +126,29 @@ class SimStream:
 
 
 _DEFAULT_STREAM = SimStream()
+
+
+@contextlib.contextmanager
+def device_allocations():
+    """``torch.empty``/``torch.zeros`` with ``device="cuda"`` allocate on ``meta`` while it is open."""
+    import torch
+
+    real = {name: getattr(torch, name) for name in ("empty", "zeros")}
+
+    def on_meta(fn):
+        def allocate(*args, device=None, **kwargs):
+            if device is not None and torch.device(device).type == "cuda":
+                device = "meta"
+            return fn(*args, device=device, **kwargs)
+        return allocate
+
+    for name, fn in real.items():
+        setattr(torch, name, on_meta(fn))
+    try:
+        yield
+    finally:
+        for name, fn in real.items():
+            setattr(torch, name, fn)
 
 
 def _identity(x):

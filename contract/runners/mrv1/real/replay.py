@@ -23,7 +23,7 @@ import types
 
 from contract.runners.mrv1.real import compiled, wrapping
 from contract.real.parallel_state import install_parallel_state
-from contract.real import decisions, device, errors, observe, platform, ranks
+from contract.real import attention_backends, decisions, device, errors, observe, platform, ranks
 from contract.runners.mrv1.real import gpu_model_runner as stand_in
 from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER, AttentionOp
 from contract.real.observe import Recorder
@@ -132,22 +132,16 @@ class Session:
         self.decisions.start_trace()
 
     def attention_backend(self, support_name: str) -> type:
-        """An attention backend whose metadata builder reports ``support_name``
-        (``AttentionMetadataBuilder.get_cudagraph_support``, ``v1/attention/backend.py``)."""
+        """An attention backend whose metadata builder is vLLM's own, of the registry backend that
+        gives ``support_name`` (``contract/real/attention_backends.py``); ``get_builder_cls`` is all
+        ``_check_and_update_cudagraph_mode`` asks of it."""
         if support_name not in self._backends:
-            from vllm.v1.attention.backend import AttentionCGSupport
-
-            support = AttentionCGSupport[support_name]
-
-            class SimAttentionMetadataBuilder:
-                @classmethod
-                def get_cudagraph_support(cls, vllm_config, kv_cache_spec):
-                    return support
+            builder = attention_backends.builder_class(support_name)
 
             class SimAttentionBackend:
                 @staticmethod
                 def get_builder_cls():
-                    return SimAttentionMetadataBuilder
+                    return builder
 
             SimAttentionBackend.__name__ = f"SIM_ATTN_{support_name}"
             self._backends[support_name] = SimAttentionBackend

@@ -12,8 +12,9 @@ manager's ``batches_to_profile``, ``set_initial_cost_curves`` and ``set_cost_cur
 Stand-ins:
 
 - the groups: one per model, each with one layer (``TARGET_LAYER``, ``DRAFT_LAYER``) and a metadata
-  builder that reports the scenario's support level for its layers (``layers_support``: the target's
-  layers ALWAYS when the weaker backend serves the draft only) and, with ``varlen_decode_bound``,
+  builder whose ``get_cudagraph_support`` is vLLM's own, of the registry backend that gives the
+  scenario's level for its layers (``contract/real/attention_backends.py``; ``layers_support``: the
+  target's layers ALWAYS when the weaker backend serves the draft only) and, with ``varlen_decode_bound``,
   vLLM's own ``max_decode_query_len(vllm_config)`` as its varlen bound (what FlashInfer and Mamba2
   declare, ``34:v1/attention/backends/flashinfer.py:1257-1279``); their backend trims requests on
   device (``supports_device_cpu_query_lens_mismatch``) as every backend the selector admits does;
@@ -32,26 +33,28 @@ import types
 from contract.core.modes import AttentionCGSupport as ModelSupport
 from contract.core.properties import layers_support
 from contract.core.scenario import Scenario
+from contract.real import attention_backends
 from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER
 
 
 
 def _group(scenario: Scenario, role: str, layer: str, vllm_config, stage: int = 0):
-    from vllm.v1.attention.backend import AttentionCGSupport, max_decode_query_len
+    from vllm.v1.attention.backend import max_decode_query_len
 
     support: ModelSupport = scenario.stage_support(stage) if stage else layers_support(scenario, role)
+    real = attention_backends.builder_class(support.name)
     bound = max_decode_query_len(vllm_config) if scenario.varlen_decode_bound else None
 
     class Builder:
-        @staticmethod
-        def get_cudagraph_support(cfg, spec):
-            return AttentionCGSupport[support.name]
+        get_cudagraph_support = staticmethod(real.get_cudagraph_support)
 
         @staticmethod
         def get_varlen_cudagraph_max_query_len(cfg, spec):
             return bound
 
-    backend = type(f"SIM_ATTN_{support.name}", (), {
+    # named by the level vLLM's builder gives: adaptive verification's refusal names the backend
+    level = real.get_cudagraph_support(vllm_config, None).name
+    backend = type(f"SIM_ATTN_{level}", (), {
         "supports_device_cpu_query_lens_mismatch": staticmethod(lambda: True)})
     # create_metadata_builders builds no builder here: get_metadata_builder hands out the class
     return types.SimpleNamespace(backend=backend, layer_names=[layer], kv_cache_spec=None, metadata_builders=[],
