@@ -99,3 +99,29 @@ def test_the_docs_table_is_the_committed_release_facts_and_drift_fails():
     drifted = dataclasses.replace(facts["0.34.0"], attention_backends=(
         dataclasses.replace(flash, support=("NEVER",)), *facts["0.34.0"].attention_backends[1:]))
     assert docs_with_table(text, {**facts, "0.34.0": drifted}) != text
+
+
+def test_the_replays_backends_give_their_level_in_every_release():
+    """Each level the replay runs is a registry backend whose builder gives it fixed in every release
+    (no condition on the GPU or config), read from the release's source; NEVER is Llama 4's chunked
+    local attention over FlashInfer, whose builder overrides the getter to say NEVER."""
+    import os
+    from pathlib import Path
+
+    from contract.evidence.release_facts import committed
+    from contract.real.attention_backends import BY_LEVEL
+
+    for release, facts in committed().items():
+        by_name = {b.backend: b for b in facts.attention_backends}
+        for level, name in BY_LEVEL.items():
+            if level == "NEVER":
+                assert name in by_name, (release, name)
+                continue
+            assert by_name[name].support == (level,) and not by_name[name].condition, (release, by_name[name])
+    sources = Path(os.environ.get("CONTRACT_VLLM_SOURCES", "/nonexistent"))
+    if not sources.is_dir():
+        pytest.skip("CONTRACT_VLLM_SOURCES names no vLLM sources")
+    for root in sorted(sources.iterdir()):
+        text = (root / "vllm/model_executor/layers/attention/chunked_local_attention.py").read_text()
+        builder = text[text.index("class ChunkedLocalAttentionBuilder"):text.index("def build(")]
+        assert "def get_cudagraph_support(" in builder and "return AttentionCGSupport.NEVER" in builder, root
