@@ -125,3 +125,24 @@ def test_the_replays_backends_give_their_level_in_every_release():
         text = (root / "vllm/model_executor/layers/attention/chunked_local_attention.py").read_text()
         builder = text[text.index("class ChunkedLocalAttentionBuilder"):text.index("def build(")]
         assert "def get_cudagraph_support(" in builder and "return AttentionCGSupport.NEVER" in builder, root
+
+
+@pytest.mark.evidence
+@pytest.mark.conformance
+def test_an_edited_0_34_backend_outside_the_defaults_is_run_and_its_raised_level_is_a_new_p7(tmp_path):
+    """TRITON_MLA is no default of the replay's; a tree that raises its builder's level to ALWAYS has
+    the branch check run it for UNIFORM_BATCH on both sides, and a FULL graph then serves mixed batches
+    that the release's level rules out."""
+    from contract.core.graphs import script
+    from contract.core.modes import CUDAGraphMode
+    from vllm_envs import conform_tree, edited_tree
+
+    declared = "_cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport."
+    tree = edited_tree(tmp_path, "0.34.0", "v1/attention/backends/mla/triton_mla.py",
+                       declared + "UNIFORM_BATCH", declared + "ALWAYS")
+    scenario = Scenario(runner=Runner.MRV2, cudagraph_mode=CUDAGraphMode.FULL,
+                        attention_support=AttentionCGSupport.UNIFORM_BATCH)
+    data = conform_tree(tree, record_runnable(scenario, load_policy("mrv2_0_34"), script(scenario),
+                                              name="uniform-batch-full"), tmp_path)
+    assert any("TRITON_MLA (UNIFORM_BATCH)" in n for n in data["cache_notes"]), data["cache_notes"]
+    assert [c for c in data["new"] if c["property"] == "P7" and c["role"] == "target"], data["new"]

@@ -27,17 +27,20 @@ from contract.branch import sizes as branch_sizes
 from contract.branch.review import Review
 from contract.core import child, progress
 from contract.core.classes import Occurrence, Signature, classes_from, signatures
-from contract.core.differential import Differential, lost_occurrence
+from contract.core.differential import Differential, lost_occurrence, split_refused
 from contract.core.graphs import affected_share
 from contract.core.family import Family
+from contract.core.modes import AttentionCGSupport
 from contract.core.properties import check
 from contract.core.trace import Trace
 from contract.real import corpus as corpus_mod
 from contract.real import judge
+from contract.real.attention_backends import choose
 from contract.real import provenance
 from contract.real.installed import EnvironmentProblem, import_root, package_of, replay_settings
 
 SAMPLE_EVERY = 10
+LEVELS = {level.name for level in AttentionCGSupport}
 
 
 class ObserveProblem(Exception):
@@ -45,17 +48,20 @@ class ObserveProblem(Exception):
 
 
 def observe(python: Path, family: Family, traces: list[Trace], tree: Path | None, timeout: float | None,
-            what: str, version: str, release_pkg: Path, watch: dict | None = None) -> dict:
+            what: str, version: str, release_pkg: Path, watch: dict | None = None,
+            backends: dict[str, str] | None = None) -> dict:
     """The traces replayed in ``python``'s vLLM (with ``tree``'s modules on top), by a child process
     whose only way to report is its validated result: observations of exactly the traces asked
     for, on the release asked for, by vLLM code from the release's files (and the tree's where the
-    tree's differ: ``contract/real/provenance.py``)."""
+    tree's differ: ``contract/real/provenance.py``); ``backends``: the attention backend run per
+    level where it is not the default (:func:`attention_backends`)."""
     try:
         root = import_root()
     except EnvironmentProblem as exc:
         raise ObserveProblem(str(exc)) from None
     payload = {"runner": family.name, "traces": [t.to_json() for t in traces],
-               "tree": str(Path(tree).resolve()) if tree is not None else None, "watch": watch or {}}
+               "tree": str(Path(tree).resolve()) if tree is not None else None, "watch": watch or {},
+               "backends": backends or {}}
     progress.stage("traces", len(traces), what)
     try:  # the child counts the traces it replayed
         outcome = child.run("contract.branch.observe:observe", payload, what=what, timeout=timeout,
@@ -111,8 +117,30 @@ def corpus(family: Family, release_policy, tree, kind: str, entry: str, version:
     return chosen
 
 
+def attention_backends(python: Path, family: Family, review: Review, timeout: float | None) -> dict[str, str]:
+    """Level -> the registry backend both sides run for it, where the tree changes a file that
+    defines a registered attention backend: its level is the release's own getter's, asked of the
+    release in ``python``'s environment on the replay's platform (``contract/real/attention_backends.py``).
+    Empty when the change touches no backend's file."""
+    paths = sorted(f.path for f in (review.diff.python if review.diff else []) if f.kind != "removed"
+                   and f.path.startswith("v1/attention/backends/"))
+    if not paths:
+        return {}
+    try:
+        outcome = child.run("contract.branch.observe:backend_levels", {"runner": family.name, "paths": paths},
+                            what="the attention backends' levels", timeout=timeout, python=python,
+                            settings=replay_settings(), root=import_root())
+    except (child.ChildProblem, EnvironmentProblem) as exc:
+        raise ObserveProblem(str(exc)) from None
+    levels = outcome.value.get("levels") if isinstance(outcome.value, dict) else None
+    if not isinstance(levels, dict) or not all(isinstance(k, str) and v in LEVELS for k, v in levels.items()):
+        raise ObserveProblem("the attention backends' levels came back malformed")
+    return choose(levels)
+
+
 def base_observations(python: Path, family: Family, version: str, traces: list[Trace], timeout: float | None,
-                      entry: str, release_pkg: Path, notes: cache.Notes) -> tuple[dict, dict, int]:
+                      entry: str, release_pkg: Path, notes: cache.Notes,
+                      backends: dict[str, str] | None = None) -> tuple[dict, dict, int]:
     """(trace name -> base observation, where, traces replayed now): from the release's cache (by
     what each trace replays, whatever its name), completed by a replay of the traces it lacks."""
     cached = cache.load(entry, notes) or {"observations": {}, "where": {}}
@@ -120,7 +148,8 @@ def base_observations(python: Path, family: Family, version: str, traces: list[T
     digests = {t.name: cache.trace_digest(t) for t in traces}
     missing = [t for t in traces if digests[t.name] not in known]
     if missing:
-        data = observe(python, family, missing, None, timeout, f"the replay of vLLM {version}", version, release_pkg)
+        data = observe(python, family, missing, None, timeout, f"the replay of vLLM {version}", version, release_pkg,
+                       backends=backends)
         known.update({digests[o["name"]]: o for o in data["observations"]})
         cached["where"] = data["where"] | cached["where"]
         cache.store(entry, data["vllm"], known, cached["where"])
@@ -263,15 +292,16 @@ def compare(traces: list[Trace], base_obs: dict, branch_obs: dict, branch_label:
                             affected=lambda o, sig: _affected(traces[o.scenario_index], witnesses, sig, o))
 
     def _affected(trace, witnesses, sig, o):
-        observed = branch_obs if witnesses is my_witnesses else base_obs
+        observed = base_obs if witnesses is their_witnesses else branch_obs
         return affected_share(_records(trace, observed, family, vllm), trace.scenario, family.runner, sig)
 
     lost_indices = {o.scenario_index for occs in lost_occs.values() for o in occs}
     fixed = _subset(theirs, mine, False)
     traded = {sig: [o for o in occs if o.scenario_index in lost_indices] for sig, occs in fixed.items()}
     fixed = {sig: [o for o in occs if o.scenario_index not in lost_indices] for sig, occs in fixed.items()}
+    refused, lost_occs = split_refused(lost_occs)
     return Differential(branch_label, base_label,
-                        new=classes(_subset(mine, theirs, False), my_witnesses),
+                        new=classes({**_subset(mine, theirs, False), **refused}, {**my_witnesses, **lost_witnesses}),
                         fixed=classes({k: v for k, v in fixed.items() if v}, their_witnesses),
                         inherited=classes(_subset(mine, theirs, True), my_witnesses),
                         traded=classes({k: v for k, v in traded.items() if v}, their_witnesses),
@@ -360,8 +390,13 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
     traces = [*always, *traces]
     for i, t in enumerate(traces):
         t.name = t.name or f"trace-{i}"
+    backends = attention_backends(python, family, review, timeout)
+    if backends:  # the base side runs them too, in a cache entry of its own
+        entry += "-" + "-".join(f"{level}={name}" for level, name in sorted(backends.items()))
+        notes.append("attention backends run for the change: "
+                     + ", ".join(f"{name} ({level})" for level, name in sorted(backends.items())))
     base_all, where, base_replayed = base_observations(python, family, version, traces, timeout, entry, release_pkg,
-                                                       notes)
+                                                       notes, backends)
     selection = select(traces, base_all, where, review,
                        "the traces given" if given is not None else "--corpus full" if kind == "full" else None)
     kept = selection.names | {t.name for t in always}
@@ -376,7 +411,7 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
         watch, changed = _changes(review)
         with cache.guard(notes):
             data = observe(python, family, chosen, review.tree.package, timeout, f"the replay of {review.tree.tree}",
-                           version, release_pkg, watch)
+                           version, release_pkg, watch, backends)
             sizes_run = None
             if sized:
                 progress.stage("", None, f"capture sizes of {review.tree.tree}")

@@ -55,6 +55,7 @@ def observe(payload: dict) -> dict:
 
     traces = [loads(json.dumps(t), "corpus") for t in payload["traces"]]
     session = by_name(payload["runner"]).session()
+    session.attention_backends = dict(payload.get("backends") or {})
     observations = []
     for trace in traces:
         try:
@@ -70,3 +71,15 @@ def observe(payload: dict) -> dict:
         progress.advance()
     return {"vllm": session.version, **_where_from(finder), "observations": observations,
             "where": dict(sorted(WHERE.items())), "modules": loaded()}
+
+
+def backend_levels(payload: dict) -> dict:
+    """Registry name -> level, for the attention backends defined in ``payload["paths"]``, by the
+    getters of the vLLM of this Python, on the replay's platform and a default scenario's config."""
+    from contract.core.scenario import Scenario
+    from contract.families import by_name
+    from contract.real.attention_backends import levels_in
+
+    family = by_name(payload["runner"])
+    session = family.session()
+    return {"levels": levels_in(payload["paths"], session.configs.get(Scenario(runner=family.runner)))}

@@ -68,6 +68,10 @@ DUMMY_UNALIGNED = "an idle rank's dummy batch is no uniform decode of q tokens"
 HALT = "halt"
 REJECTED = "rejected"  # an accepted rejection: not a class, listed apart
 ACCEPTED = "accepted rejection"
+# A differential's: the branch's accepted rejection at a step its base goes on from (a configuration
+# the base starts that the branch refuses), a class where one release's rejection is none.
+REFUSED = "refused"
+NEWLY_REFUSED = "vLLM refuses at start-up what the base starts"
 
 
 class Severity(enum.Enum):
@@ -121,6 +125,8 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
         return Severity.CRASH_SERVING if not event_kind or phase(event_kind) == "serving" else Severity.CRASH_START_UP
     if p == "lost graphs":  # a differential's lost graphs: batches the base served run eagerly
         return Severity.EAGER_FALLBACK
+    if p == REFUSED:  # the user's command no longer starts
+        return Severity.CRASH_START_UP
     if p == "P7" and what == MAMBA_BLOCKS:  # the kernel's assertion, where the graph is captured
         return Severity.CRASH_SERVING if event_kind and phase(event_kind) == "serving" else Severity.CRASH_START_UP
     if p == "P7":
@@ -143,7 +149,7 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
 
 @dataclass(frozen=True, order=True)
 class Signature:
-    property: str  # P0..P8, P10, "lost graphs" (a differential), or "rejected" (an accepted rejection)
+    property: str  # P0..P10, "lost graphs" and "refused" (a differential's), or "rejected" (an accepted rejection)
     role: str  # "target", "drafter" or "-"
     runtime_mode: str  # the dispatch's runtime_mode name, or "-"
     what: str  # one of the constants above

@@ -17,14 +17,17 @@ serving script (``contract/core/graphs.py``) under both policies: where the bran
 dispatches of a kind with a graph than the base, it has **lost graphs** (a section of its own,
 reduced to classes as the others are; ``exit_code`` fails on it unless lost graphs are allowed),
 and a base class the branch no longer shows in such a scenario is **traded**, not fixed: the
-violation went away because the graphs did.
+violation went away because the graphs did. Where the branch refuses at start-up, with vLLM's
+advice, a configuration the base starts, the refusal is a new class of its own (``REFUSED``, a crash
+at start-up to the user whose command stops working) rather than lost graphs, though a single
+release's refusal is none (``classes.rejection``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contract.core.classes import Occurrence, Signature, ViolationClass, of_records
+from contract.core.classes import NEWLY_REFUSED, REFUSED, Occurrence, Signature, ViolationClass, of_records, rejection
 from contract.core.explore import DEFAULT_DEPTH, Exploration, explore, witnessed_classes
 from contract.core.engine import Run
 from contract.core.policy import Policy, PolicyError
@@ -80,7 +83,14 @@ def lost_signature(kind: str) -> Signature:
 def lost_occurrence(index: int, scenario, base_records, branch_records) -> dict[Signature, Occurrence]:
     """The kinds the branch serves with fewer graphs than the base on the serving script, among those
     the configuration wants graphed (``graphs.wanted``), each at the first step where a dispatch of
-    that kind loses its graph."""
+    that kind loses its graph. Where the branch's run ends in an accepted rejection at a step the
+    base goes on from, that refusal instead (``REFUSED``, a new class: ``split_refused``): every
+    graph lost there is lost to it."""
+    last = branch_records[-1] if branch_records else None
+    refused = rejection(last) if last is not None else None
+    if refused is not None and any(r.index == last.index and not r.halted for r in base_records):
+        return {Signature(REFUSED, "-", "-", NEWLY_REFUSED, refused.detail):
+                Occurrence(index, scenario, tuple(r.event for r in branch_records), last.index, last.halted)}
     from contract.core.graphs import coverage, dispatch_kind, lost_kinds, served, wanted
 
     base_cov, branch_cov = coverage(base_records), coverage(branch_records)
@@ -112,6 +122,12 @@ def lost_graphs(branch: Policy, base: Policy, scenarios) -> dict[Signature, list
         for sig, o in lost_occurrence(index, scenario, run_script(scenario, base), run_script(scenario, branch)).items():
             found.setdefault(sig, []).append(o)
     return found
+
+
+def split_refused(lost: dict[Signature, list[Occurrence]]) -> tuple[dict, dict]:
+    """(refusals, lost graphs) of ``lost_occurrence``'s occurrences."""
+    refused = {sig: occs for sig, occs in lost.items() if sig.property == REFUSED}
+    return refused, {sig: occs for sig, occs in lost.items() if sig.property != REFUSED}
 
 
 def split_traded(fixed: dict[Signature, list[Occurrence]], lost_scenarios) -> tuple[dict, dict]:
@@ -163,8 +179,9 @@ def compare(branch: Policy, base: Policy, depth: int = DEFAULT_DEPTH,
     scenarios = list(dict.fromkeys([*mine.scenario_list, *theirs.scenario_list]))
     lost = lost_graphs(branch, base, scenarios)
     fixed, traded = split_traded(fixed, {o.scenario for occs in lost.values() for o in occs})
+    refused, lost = split_refused(lost)
     return Differential(branch.name, base.name,
-                        new=witnessed_classes(new, branch, depth),
+                        new=witnessed_classes({**new, **refused}, branch, depth),
                         fixed=witnessed_classes(fixed, base, depth),
                         inherited=witnessed_classes(inherited, branch, depth),
                         branch_exploration=mine, base_exploration=theirs,

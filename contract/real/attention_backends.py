@@ -9,16 +9,21 @@ minimum of is then vLLM's answer, not the scenario's: an edit to one of these bu
 trace whose scenario runs it, and a tree that changes a level shows as the resolution, captures and
 dispatches it changes.
 
+A branch check (``conform --vllm-src``) that changes a backend's file runs that backend instead, at
+the level the release's own getter gives it on the replay's platform (:func:`levels_in`, asked of the
+release before either side replays): both sides then run it, and the change is on every trace of
+that level.
+
 NEVER is Llama 4's chunked local attention over FlashInfer, the builder vLLM derives for those
 layers (``create_chunked_local_attention_backend``,
 ``34:model_executor/layers/attention/chunked_local_attention.py:29-76``), whose own override says
 NEVER where FlashInfer's getter would say more (vLLM #28739).
 
-Imported as vLLM imports them, with two stand-ins on the simulated device: ``CUTLASS_MLA``'s module
+Imported as vLLM imports them, with two stand-ins: on the simulated device, ``CUTLASS_MLA``'s module
 allocates its 128 MB workspace on the device at import (``34:v1/attention/backends/mla/cutlass_mla.py:99``),
-made on torch's ``meta`` device (``simcuda.device_allocations``); FlashInfer's module imports
-names from the ``flashinfer`` package, absent here, which no support getter calls
-(``stub_library.stubbed``).
+made on torch's ``meta`` device (``simcuda.device_allocations``); where the ``flashinfer`` package
+is not installed, FlashInfer's module imports its names from a stub, since no support getter calls
+them (``stub_library.stubbed``).
 """
 
 from __future__ import annotations
@@ -33,19 +38,29 @@ BY_LEVEL = {
     "UNIFORM_SINGLE_TOKEN_DECODE": "CUTLASS_MLA",
     "NEVER": "FLASHINFER",  # its chunked local-attention subclass
 }
+# What the replay runs of the backends (the branch review's replayed files): the package of every
+# registered backend, any of which a branch that changes its file runs, and the chunked local
+# attention module NEVER's builder comes from.
+MODULES = ("vllm.v1.attention.backends", "vllm.model_executor.layers.attention.chunked_local_attention")
 # Llama 4's attention_chunk_size (config.json of meta-llama/Llama-4-Scout-17B-16E-Instruct)
 ATTENTION_CHUNK_SIZE = 8192
 
 
-def builder_class(level: str) -> type:
-    """The metadata builder class the replay runs for ``level``, through vLLM's registry
-    (``AttentionBackendEnum[name].get_class().get_builder_cls()``)."""
+def _backend(name: str) -> type:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    simulated = device.SELECTED != "cuda"
-    with (simcuda.device_allocations() if simulated else contextlib.nullcontext()), \
-            (stub_library.stubbed(("flashinfer",)) if simulated else contextlib.nullcontext()):
-        backend = AttentionBackendEnum[BY_LEVEL[level]].get_class()
+    allocations = contextlib.nullcontext() if device.SELECTED == "cuda" else simcuda.device_allocations()
+    with allocations, stub_library.stubbed(("flashinfer",)):
+        return AttentionBackendEnum[name].get_class()
+
+
+def builder_class(level: str, chosen: dict[str, str] | None = None) -> type:
+    """The metadata builder class the replay runs for ``level``, through vLLM's registry
+    (``AttentionBackendEnum[name].get_class().get_builder_cls()``): ``chosen``'s backend for the
+    level where it names one, else :data:`BY_LEVEL`'s."""
+    if chosen and level in chosen:
+        return _backend(chosen[level]).get_builder_cls()
+    backend = _backend(BY_LEVEL[level])
     if level == "NEVER":
         from vllm.model_executor.layers.attention.chunked_local_attention import (
             create_chunked_local_attention_backend,
@@ -53,3 +68,33 @@ def builder_class(level: str) -> type:
 
         backend = create_chunked_local_attention_backend(backend, ATTENTION_CHUNK_SIZE)
     return backend.get_builder_cls()
+
+
+def levels_in(paths: list[str], vllm_config) -> dict[str, str]:
+    """Registry name -> the level its builder's ``get_cudagraph_support`` gives under ``vllm_config``,
+    for every registered backend whose class is defined in one of ``paths`` (relative to ``vllm/``).
+    A backend that does not import here, or whose getter raises, is left out."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    out = {}
+    for member in AttentionBackendEnum:
+        try:
+            path = member.get_path()
+        except Exception:  # noqa: BLE001 - a member that must be registered first (CUSTOM)
+            continue
+        module = path.rsplit(".", 1)[0]
+        if module.removeprefix("vllm.").replace(".", "/") + ".py" not in paths:
+            continue
+        try:
+            out[member.name] = _backend(member.name).get_builder_cls().get_cudagraph_support(vllm_config, None).name
+        except Exception:  # noqa: BLE001 - not importable on this machine
+            continue
+    return out
+
+
+def choose(levels: dict[str, str]) -> dict[str, str]:
+    """Level -> the backend run for it: the first by name of ``levels_in``'s for each level."""
+    out: dict[str, str] = {}
+    for name in sorted(levels):
+        out.setdefault(levels[name], name)
+    return out

@@ -14,6 +14,9 @@ What still stands in, and why:
 - ``weak_ref_tensor(s)`` (``compilation/cuda_graph.py:334``, ``breakable_cudagraph.py``) call
   ``torch.ops._C.weak_ref_tensor`` from the same missing extension; the tensor itself is kept
   instead (a strong reference: more memory held, same addresses, same results).
+- the ``flashinfer`` package, where the device's environment lacks it: FlashInfer's backend module
+  (NEVER's chunked local attention builds on it, ``attention_backends.py``) imports its names, which
+  no support getter calls.
 
 Per dispatch it records what the model's prediction is checked against (``DispatchFacts``): CUDA
 graph objects captured, breakable segments, ``compilation_counter.num_cudagraph_captured``

@@ -3,6 +3,7 @@
 from contract.core.family import Family
 from contract.core.forward_context import BatchDescriptor
 from contract.core.scenario import Runner
+from contract.real import attention_backends
 from contract.real.attention_op import ATTENTION_MODULE
 from contract.runners.mrv1 import branch
 from contract.runners.mrv1.model.engine import ENGINE
@@ -32,8 +33,10 @@ FAMILY = Family(
     profiling_skipped=lambda scenario, version: False,  # every release profiles what it captures
     # What the replay imports first, and the modules those call into that the replay's decision paths
     # cite (graph_capture, ubatch_utils.maybe_create_ubatch_slices), and the stand-in models' attention
-    # (unified_attention_with_output, contract/real/attention_op.py): their code runs too.
-    replays=replay.MODULES + ("vllm.distributed.parallel_state", "vllm.v1.worker.ubatch_utils", ATTENTION_MODULE),
+    # (unified_attention_with_output, contract/real/attention_op.py), and the attention backends whose
+    # support getters run (contract/real/attention_backends.py): their code runs too.
+    replays=(replay.MODULES + ("vllm.distributed.parallel_state", "vllm.v1.worker.ubatch_utils", ATTENTION_MODULE)
+             + attention_backends.MODULES),
     markers=(branch.RUNNER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,

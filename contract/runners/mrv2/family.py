@@ -3,6 +3,7 @@
 from contract.core.family import Family
 from contract.core.forward_context import BatchDescriptor
 from contract.core.scenario import Runner, Scenario
+from contract.real import attention_backends
 from contract.real.attention_op import ATTENTION_MODULE
 from contract.real.installed import release
 from contract.runners.mrv2 import branch
@@ -48,8 +49,10 @@ FAMILY = Family(
     profiling_skipped=profiling_skipped,
     # What the replay imports first, its speculators, and the modules those call into that the
     # replay's decision paths cite (graph_capture, get_uniform_decode_token_count), and the stand-in
-    # models' attention (unified_attention_with_output, contract/real/attention_op.py): their code runs too.
-    replays=MODULES + (SPECULATORS, "vllm.distributed.parallel_state", "vllm.v1.worker.utils", ATTENTION_MODULE),
+    # models' attention (unified_attention_with_output, contract/real/attention_op.py), and the attention
+    # backends whose support getters run (contract/real/attention_backends.py): their code runs too.
+    replays=(MODULES + (SPECULATORS, "vllm.distributed.parallel_state", "vllm.v1.worker.utils", ATTENTION_MODULE)
+             + attention_backends.MODULES),
     markers=(branch.MANAGER_FILE,),
     read_tree=branch.load,
     reads=branch.READS,

@@ -95,6 +95,7 @@ class Session:
         _track_decision_points(self.runner_class)
         decisions.LOG = self.decisions
         self._backends: dict[str, type] = {}
+        self.attention_backends: dict[str, str] = {}  # level -> registry name (attention_backends.builder_class)
         # What freeze_gc_for_cudagraph_capture does around bulk capture (utils/gc_utils.py:97-121),
         # once for the whole process: the imported world is frozen so the collections the wrappers
         # run per capture (breakable_cudagraph.py:381-383) stay cheap.
@@ -136,7 +137,7 @@ class Session:
         gives ``support_name`` (``contract/real/attention_backends.py``); ``get_builder_cls`` is all
         ``_check_and_update_cudagraph_mode`` asks of it."""
         if support_name not in self._backends:
-            builder = attention_backends.builder_class(support_name)
+            builder = attention_backends.builder_class(support_name, self.attention_backends)
 
             class SimAttentionBackend:
                 @staticmethod

@@ -38,11 +38,11 @@ from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER
 
 
 
-def _group(scenario: Scenario, role: str, layer: str, vllm_config, stage: int = 0):
+def _group(scenario: Scenario, role: str, layer: str, vllm_config, chosen: dict, stage: int = 0):
     from vllm.v1.attention.backend import max_decode_query_len
 
     support: ModelSupport = scenario.stage_support(stage) if stage else layers_support(scenario, role)
-    real = attention_backends.builder_class(support.name)
+    real = attention_backends.builder_class(support.name, chosen)
     bound = max_decode_query_len(vllm_config) if scenario.varlen_decode_bound else None
 
     class Builder:
@@ -62,12 +62,13 @@ def _group(scenario: Scenario, role: str, layer: str, vllm_config, stage: int = 
                                  get_metadata_builder=lambda ubatch_id=0: Builder())
 
 
-def groups(scenario: Scenario, vllm_config, with_draft: bool, stage: int = 0) -> list[list]:
+def groups(scenario: Scenario, vllm_config, with_draft: bool, chosen: dict, stage: int = 0) -> list[list]:
     """``attn_groups``: the target's group (a pipeline stage's, whose layers hold
-    ``stage_support(stage)``), and the draft model's when there is one."""
-    out = [[_group(scenario, "target", TARGET_LAYER, vllm_config, stage)]]
+    ``stage_support(stage)``), and the draft model's when there is one; ``chosen``: the session's
+    backends by level (``attention_backends.builder_class``)."""
+    out = [[_group(scenario, "target", TARGET_LAYER, vllm_config, chosen, stage)]]
     if with_draft:
-        out.append([_group(scenario, "drafter", DRAFT_LAYER, vllm_config)])
+        out.append([_group(scenario, "drafter", DRAFT_LAYER, vllm_config, chosen)])
     return out
 
 

@@ -171,6 +171,7 @@ class Session:
         self.cudagraph_utils = cg_utils
         self.blocks = model_runner.load(gpu_model_runner)
         self.configs = ConfigCache()
+        self.attention_backends: dict[str, str] = {}  # level -> registry name (attention_backends.builder_class)
         self.recorder = ManagerRecorder()
         self._gc_checked: set[str] = set()
         self._install_observers()
@@ -496,7 +497,8 @@ class RealRun:
         with_draft = self.speculator is not None
         blocks = self.session.blocks
         found = blocks.attn_cg_support(
-            None, attn_groups=attention.groups(self.scenario, self.vllm_config, with_draft, self.stage),
+            None, attn_groups=attention.groups(self.scenario, self.vllm_config, with_draft,
+                                         self.session.attention_backends, self.stage),
             kernel_block_sizes=[], kv_cache_config=attention.kv_cache_config(with_draft), vllm_config=self.vllm_config,
             device=self.runner.device, active_layer_names=None,
             draft_layer_names={attention.DRAFT_LAYER} if with_draft else None)
@@ -513,7 +515,7 @@ class RealRun:
         # memory profiling's teardown deletes some of them (34:…/cudagraph_utils.py's _teardown_profiling_state)
         saved = (getattr(runner, "attn_groups", []), runner.kv_cache_config, getattr(runner, "req_states", None),
                  getattr(spec, "draft_attn_layer_names", None))
-        runner.attn_groups = attention.groups(self.scenario, self.vllm_config, with_draft)
+        runner.attn_groups = attention.groups(self.scenario, self.vllm_config, with_draft, self.session.attention_backends)
         runner.kv_cache_config = attention.kv_cache_config(with_draft)
         runner.req_states = attention.req_states(runner, self.scenario.uniform_decode_query_len - 1)
         if with_draft:
