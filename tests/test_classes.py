@@ -164,3 +164,26 @@ def test_bad_base_is_one_line_and_exit_2(base):
     result = runner.invoke(app, ["explore", "--policy", "vllm_0_30", "--base", base, "--depth", "2"])
     assert result.exit_code == 2, result.output
     assert len([line for line in result.output.splitlines() if line.strip()]) == 1
+
+
+def test_a_branch_refusing_at_start_up_what_its_base_starts_is_a_new_crash_at_start_up():
+    """Records of a release whose resolve refuses FULL on a NEVER backend, against one where the same
+    scenario starts: the refusal is the differential's class, not lost graphs; where both refuse, or
+    only the base does, there is none."""
+    from contract.core.classes import NEWLY_REFUSED, REFUSED, Severity, severity
+    from contract.core.differential import lost_occurrence
+    from contract.core.graphs import run_script
+    from contract.core.modes import AttentionCGSupport, CUDAGraphMode
+    from contract.core.scenario import Runner, Scenario
+
+    policy = load_policy("mrv2_0_34")
+    starts, refuses = (run_script(Scenario(runner=Runner.MRV2, cudagraph_mode=CUDAGraphMode.FULL,
+                                           attention_support=level), policy)
+                       for level in (AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE, AttentionCGSupport.NEVER))
+    assert refuses[-1].halted and not starts[-1].halted
+    found = lost_occurrence(0, None, starts, refuses)
+    [(sig, occurrence)] = found.items()
+    assert (sig.property, sig.what) == (REFUSED, NEWLY_REFUSED) and "NEVER" in sig.detail
+    assert occurrence.step == refuses[-1].index and severity(sig) is Severity.CRASH_START_UP
+    assert not [s for s in lost_occurrence(0, None, refuses, refuses) if s.property == REFUSED]
+    assert not [s for s in lost_occurrence(0, None, refuses, starts) if s.property == REFUSED]
