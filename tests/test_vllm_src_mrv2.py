@@ -22,6 +22,7 @@ from contract.cli import app
 from contract.core.expected import FAILS
 from contract.core.explore import explore
 from contract.runners.mrv2 import branch as mrv2_branch
+from contract.runners.mrv2 import branch_ubatch as ubatch_branch
 from contract.core.properties import PROPERTIES
 from vllm_envs import unavailable
 
@@ -31,13 +32,18 @@ RELEASED_0_34 = mrv2_branch.RELEASED["0.34"]
 
 
 def mrv2_tree(root: Path, use_breakable_cg: str = RELEASED_0_34[0], available: str = RELEASED_0_34[1],
-              param: str = "decode_query_lens", mamba: str = mrv2_branch.MAMBA_RELEASED) -> Path:
+              param: str = "decode_query_lens", mamba: str = mrv2_branch.MAMBA_RELEASED,
+              twin: str | None = None) -> Path:
     gpu = root / "vllm" / "v1" / "worker" / "gpu"
     gpu.mkdir(parents=True)
+    twin_method = "" if twin is None else (
+        "\n    def _maybe_ubatch_twin(self, desc: BatchExecutionDescriptor) -> BatchExecutionDescriptor | None:\n"
+        '        """Return a microbatched capture candidate when eligible."""\n'
+        + "".join(f"        {line}\n" for line in twin.strip().splitlines()))
     (gpu / "cudagraph_utils.py").write_text(
         "class CudaGraphManager:\n"
         f"    def __init__(self, vllm_config, device, cudagraph_mode, {param}):\n"
-        f"        self.use_breakable_cg = (\n            {use_breakable_cg}\n        )\n")
+        f"        self.use_breakable_cg = (\n            {use_breakable_cg}\n        )\n" + twin_method)
     (gpu / "model_runner.py").write_text(
         "class GPUModelRunner:\n"
         "    def initialize_kv_cache(self, kv_cache_config, is_profiling=False):\n"
@@ -177,3 +183,50 @@ def test_an_unreadable_file_or_folder_in_a_tree_is_one_line(what):
     finally:
         subprocess.run(["chmod", "-R", "u+rwx", str(work)])
         shutil.rmtree(work, ignore_errors=True)
+
+
+TWIN_RELEASED = ubatch_branch.RELEASED
+TWIN_ANY_BATCH = TWIN_RELEASED.replace("uniform_token_count=uniform_token_count)", "uniform_token_count=None)")
+
+
+def test_the_released_twin_is_recognised_and_read_as_the_models_rule(tmp_path):
+    """The released ``_maybe_ubatch_twin`` leaves the release recognised; run as the reader runs a tree's
+    method, it gives the model's twin on every input the reader asks."""
+    from contract.runners.mrv2.model.ubatch_utils import ubatch_twin
+
+    assert branch.load(mrv2_tree(tmp_path, twin=TWIN_RELEASED)).release == "0.34.0"
+    rows = dict(ubatch_branch.rows("class CudaGraphManager:\n    def _maybe_ubatch_twin(self, desc):\n"
+                                   + "".join(f"        {line}\n" for line in TWIN_RELEASED.strip().splitlines()),
+                                   "cudagraph_utils.py", lambda: False))
+    table = ubatch_branch.checked([[k, v] for k, v in rows.items()], "the released twin")
+    assert sum(v is not None for v in rows.values()) > 0
+    for u in ubatch_branch.UBATCH_INPUTS:
+        for desc in ubatch_branch.DESC_INPUTS:
+            assert table(u, desc) == ubatch_twin(u, desc), (u, desc)
+
+
+def test_an_edited_twin_reaches_the_model_as_a_p7_wrong_result(tmp_path):
+    """A twin that keeps no query length serves mixed batches: a new P7 micro-batch class, as the
+    mutant ``mrv2_ubatch_twin_any_batch`` and the replay of such a tree show."""
+    from contract.core.classes import UBATCH_MIXED, of_records
+    from contract.core.graphs import run_script
+    from contract.core.modes import FULL
+    from contract.core.properties import check
+    from contract.core.scenario import Runner, Scenario
+
+    def micro_batched(policy):
+        return {sig.what for sig, _ in of_records(run_script(scenario, policy), scenario, Runner.MRV2, check)
+                if sig.property == "P7"}
+
+    found = branch.load(mrv2_tree(tmp_path, twin=TWIN_ANY_BATCH))
+    assert found.release is None and isinstance(found.policy.ubatch_twin, ubatch_branch.TwinTable)
+    scenario = Scenario(runner=Runner.MRV2, ubatching=True, data_parallel_size=2, cudagraph_mode=FULL)
+    assert UBATCH_MIXED in micro_batched(found.policy)
+    assert not micro_batched(branch.load(mrv2_tree(tmp_path / "r", twin=TWIN_RELEASED), as_policy=True).policy)
+
+
+def test_a_twin_reading_what_the_model_does_not_have_is_one_line(tmp_path):
+    tree = mrv2_tree(tmp_path, twin=TWIN_RELEASED.replace("get_num_ubatches(parallel_config)",
+                                                          "parallel_config.num_ubatches * envs.FACTOR"))
+    with pytest.raises(Exception, match="_maybe_ubatch_twin reads envs, which --vllm-src does not model"):
+        branch.load(tree)

@@ -10,7 +10,8 @@ and run as the policy's rules, so a branch that edits them is verified with its 
   (``34:v1/worker/gpu/model_runner.py:783-786``);
 - the test of resolve's Mamba check, the ``if`` of ``CompilationConfig.resolve_cudagraph_mode_and_sizes``
   that reads ``has_mamba_layers`` and raises (``34:config/compilation.py:1659-1681``); a tree without
-  one never refuses a hybrid model's FULL graphs.
+  one never refuses a hybrid model's FULL graphs;
+- ``CudaGraphManager._maybe_ubatch_twin``, a method rather than an expression (``branch_ubatch.py``).
 
 Each expression is compiled as a function of the names it reads, bound to the scenario's answers;
 an expression reading any other name is refused. The expressions run only in a child process
@@ -35,6 +36,7 @@ from contract.core.tree_source import method as _method
 from contract.core.tree_source import parse as _parse_file
 from contract.core.policy import Branch, BranchError
 from contract.core.scenario import MAX_NUM_SEQS
+from contract.runners.mrv2 import branch_ubatch
 from contract.runners.mrv2.model.policies import built_in
 from contract.runners.mrv2.model.policy import Mrv2Policy
 
@@ -45,7 +47,7 @@ COMPILATION_FILE = "config/compilation.py"
 RESOLVE = ("CompilationConfig", "resolve_cudagraph_mode_and_sizes")
 # What verify --vllm-src reads of an MRV2 tree: (file, function) whose statements it reads.
 READS = ((MANAGER_FILE, "CudaGraphManager.__init__"), (RUNNER_FILE, "GPUModelRunner.initialize_kv_cache"),
-         (COMPILATION_FILE, ".".join(RESOLVE)))
+         (COMPILATION_FILE, ".".join(RESOLVE)), (MANAGER_FILE, ".".join(branch_ubatch.TWIN)))
 
 # The released expressions, as ast.dump of their source.
 RELEASED = {
@@ -147,18 +149,25 @@ def load(pkg: Path, given: Path, *, as_policy: bool = False):
     base: Mrv2Policy = built_in(f"mrv2_{release.replace('.', '_')}")
     released = (*(_dump(s) for s in RELEASED[release]), _dump(MAMBA_RELEASED))
     read = (ast.dump(breakable_expr), ast.dump(available_expr), None if mamba_expr is None else ast.dump(mamba_expr))
-    rules = hashlib.sha256(repr((release, read)).encode()).hexdigest()
-    if read == released and not as_policy:
+    twin = branch_ubatch.read(manager_tree)
+    rules = hashlib.sha256(repr((release, read) + ((twin,) if twin is not None else ())).encode()).hexdigest()
+    if read == released and branch_ubatch.as_released(twin) and not as_policy:
         return Branch(base, where, f"{release}.0", given, pkg, rules, "Model Runner V2 rules")
     _check_names(breakable_expr, where)
     _check_names(available_expr, where)
     if mamba_expr is not None:
         _check_names(mamba_expr, where, MAMBA_BOUND)
-    use_breakable_cg, available, mamba = _tables(pkg, manager_path, runner_path, compilation_path, where)
+    read_twin = not branch_ubatch.as_released(twin)
+    if read_twin:
+        branch_ubatch.check_names(manager_tree, manager_path)
+        where += f", {manager_path}:{_method(manager_tree, *branch_ubatch.TWIN).lineno}"
+    use_breakable_cg, available, mamba, twin_table = _tables(pkg, manager_path, runner_path, compilation_path, where,
+                                                             read_twin)
     policy = base.mutate(f"branch@{given.resolve().name}",
                          f"the MRV2 rules of {pkg} (vLLM {release} layout), run as a policy",
                          use_breakable_cg=use_breakable_cg, piecewise_capture_available=available,
-                         mamba_blocks_rejected=mamba, source=str(given))
+                         mamba_blocks_rejected=mamba, source=str(given),
+                         **({"ubatch_twin": twin_table} if twin_table is not None else {}))
     return Branch(policy, where, None, given, pkg, rules, "Model Runner V2 rules")
 
 
@@ -236,6 +245,11 @@ def rule_tables(payload: dict) -> dict:
     if forked():
         return {"problem": "the Mamba check forked a process; the expression must not start processes"}
     out["mamba_blocks_rejected"] = mamba
+    if payload.get("read_twin"):
+        twin = branch_ubatch.rows(payload["manager_source"], paths[0], forked)
+        if isinstance(twin, str):
+            return {"problem": twin}
+        out["ubatch_twin"] = twin
     return out
 
 
@@ -288,9 +302,10 @@ def _checked(rule: str, rows: object, inputs: list, what: str) -> RuleTable:
 
 
 def _tables(pkg: Path, manager_path: str, runner_path: str, compilation_path: str,
-            where: str) -> tuple[RuleTable, RuleTable, MambaTable]:
+            where: str, read_twin: bool) -> tuple[RuleTable, RuleTable, MambaTable, branch_ubatch.TwinTable | None]:
     what = f"the Model Runner V2 rules {where}"
     payload = {"manager_path": manager_path, "runner_path": runner_path, "compilation_path": compilation_path,
+               "read_twin": read_twin,
                "manager_source": (pkg / MANAGER_FILE).read_text(encoding="utf-8"),
                "runner_source": (pkg / RUNNER_FILE).read_text(encoding="utf-8"),
                "compilation_source": (pkg / COMPILATION_FILE).read_text(encoding="utf-8")}
@@ -306,7 +321,8 @@ def _tables(pkg: Path, manager_path: str, runner_path: str, compilation_path: st
         raise BranchError(f"{exc}; each rule must be an expression giving a bool") from None
     return (_checked("use_breakable_cg", value.get("use_breakable_cg"), BREAKABLE_INPUTS, what),
             _checked("piecewise_capture_available", value.get("piecewise_capture_available"), AVAILABLE_INPUTS, what),
-            _checked_mamba(value.get("mamba_blocks_rejected"), what))
+            _checked_mamba(value.get("mamba_blocks_rejected"), what),
+            branch_ubatch.checked(value.get("ubatch_twin"), what) if read_twin else None)
 
 
 def _parse(pkg: Path, rel: str):

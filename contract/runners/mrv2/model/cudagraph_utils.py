@@ -11,6 +11,7 @@ speculator manager); under micro-batching each FULL one that splits gets its twi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 
@@ -160,7 +161,7 @@ def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[in
           target_q: int, use_breakable_cg: bool, varlen_decode: bool = False,
           decode_request_sizes: list[int] | None = None, lora_cases: tuple[int, ...] = (0,),
           breakable_pads_requests: bool = False, ubatching: UBatching | None = None,
-          twin_keeps_query_len: bool = True) -> CudaGraphManager:
+          twin: Callable = ubatch_twin) -> CudaGraphManager:
     """``CudaGraphManager.__init__`` + ``_init_candidates`` (``33:…:256-394``, ``34:…:289-426``): each
     descriptor once per LoRA case, the case varying fastest (``product(sizes, lora_capture_cases)``).
     Token-keyed PIECEWISE descriptors pad no requests (``num_reqs=None``, ``33:…:355-363``,
@@ -172,8 +173,8 @@ def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[in
     token_keyed, decode = _descs_0_33(mode, capture_sizes, q, varlen_decode, lora_cases, pads) if release == "0.33" \
         else _descs_0_34(mode, capture_sizes, q, target_q, varlen_decode, decode_request_sizes, lora_cases, pads)
     if ubatching is not None:
-        token_keyed = _with_twins(token_keyed, ubatching, twin_keeps_query_len, dedup=False)
-        decode = _with_twins(decode, ubatching, twin_keeps_query_len, dedup=release == "0.33")
+        token_keyed = _with_twins(token_keyed, ubatching, twin, dedup=False)
+        decode = _with_twins(decode, ubatching, twin, dedup=release == "0.33")
     by_mode: dict[CUDAGraphMode, list[BED]] = {}
     for d in decode + token_keyed:
         by_mode.setdefault(d.cg_mode, []).append(d)
@@ -205,19 +206,19 @@ def build(layer: str, release: str, mode: CUDAGraphMode, capture_sizes: tuple[in
             tables.append((key, tuple(table)))
     built_from = (release, capture_sizes, q, target_q, varlen_decode,
                   None if decode_request_sizes is None else tuple(decode_request_sizes), lora_cases, ubatching,
-                  twin_keeps_query_len)
+                  twin)
     return CudaGraphManager(layer, mode, built_from, capture, tuple(candidates), tuple(tables),
                             use_breakable_cg=use_breakable_cg, lora_cases=lora_cases, ubatching=ubatching)
 
 
-def _with_twins(descs: list[BED], u: UBatching, keeps_query_len: bool, dedup: bool) -> list[BED]:
+def _with_twins(descs: list[BED], u: UBatching, twin_of: Callable, dedup: bool) -> list[BED]:
     """Each descriptor, then its micro-batch twin where it has one; 0.33's decode loop skips a twin
     already listed (``33:…:345-348``). Varlen decode descriptors get none (``33:…:309-317``,
     ``34:…:314-329``)."""
     out: list[BED] = []
     for d in descs:
         out.append(d)
-        twin = None if d.max_query_len is not None else ubatch_twin(u, d, keeps_query_len)
+        twin = None if d.max_query_len is not None else twin_of(u, d)
         if twin is not None and not (dedup and twin in out):
             out.append(twin)
     return out

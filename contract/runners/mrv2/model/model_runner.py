@@ -362,7 +362,7 @@ class _Step:
                            varlen_decode=s.adaptive_verification, lora_cases=lora_cases,
                            breakable_pads_requests=p.breakable_pads_requests,
                            ubatching=ubatch_utils.ubatching(s, p.release),  # maybe_build_ubatch_runner, 34:…:768-775
-                           twin_keeps_query_len=p.ubatch_twin_keeps_query_len)
+                           twin=p.ubatch_twin)
         managers = spec_decode.SpeculatorManagers()
         if s.drafter is DrafterKind.WITH_MODEL:
             managers = spec_decode.init_cudagraph_manager(s, p, r, sizes)

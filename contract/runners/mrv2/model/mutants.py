@@ -4,8 +4,10 @@ timing, each changed in one place (``contract/core/mutant.py``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from contract.core import resolve
+from contract.runners.mrv2.model.ubatch_utils import ubatch_twin
 from contract.core.modes import FULL, FULL_DECODE_ONLY
 from contract.core.mutant import (
     Mutant,
@@ -197,7 +199,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "instead of its requests' query length: a micro-batched FULL graph then serves mixed batches "
            "(MRV1's vLLM #25625 hang)",
            kills=frozenset(['P7']),
-           build=replacing(ubatch_twin_keeps_query_len=False),
+           build=replacing(ubatch_twin=partial(ubatch_twin, keeps_query_len=False)),
            reaches=micro_batched),
     Mutant("mrv2_resolve_ignores_draft_layers", "mrv2_0_34", "attention",
            "init_attn_backend's get_attn_cg_support checks the target's layers alone: a weaker "

@@ -16,6 +16,7 @@ from contract.core import scenario as _scenario
 from contract.core.modes import FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE, CUDAGraphMode
 from contract.core.engine import Engine
 from contract.core.scenario import ConfigRevision, Runner
+from contract.runners.mrv2.model import ubatch_utils
 from contract.runners.mrv2.model.engine import ENGINE
 
 
@@ -119,10 +120,9 @@ class Mrv2Policy:
     breakable_pads_requests: bool = False
     # resolve's Mamba check: (resolved mode, mamba_cache_blocks, max_num_reqs, is_profiling) -> refused
     mamba_blocks_rejected: Callable[[CUDAGraphMode, int | None, int, bool], bool] = _resolve.mamba_blocks_rejected
-    # _maybe_ubatch_twin keys a FULL descriptor's micro-batch twin by its requests' query length
-    # (34:v1/worker/gpu/cudagraph_utils.py:285-287); False: the twin keeps the descriptor's own,
-    # None for a mixed batch's graph (mutants only)
-    ubatch_twin_keeps_query_len: bool = True
+    # _maybe_ubatch_twin (34:v1/worker/gpu/cudagraph_utils.py:262-287): (micro-batching, a FULL
+    # descriptor) -> its micro-batch twin or None; a tree's own, read by verify --vllm-src (branch.py)
+    ubatch_twin: Callable = ubatch_utils.ubatch_twin
 
     @property
     def engine(self) -> Engine:
