@@ -86,12 +86,13 @@ def lost_occurrence(index: int, scenario, base_records, branch_records) -> dict[
     that kind loses its graph. Where the branch's run ends in an accepted rejection at a step the
     base goes on from, that refusal instead (``REFUSED``, a new class: ``split_refused``): every
     graph lost there is lost to it."""
+    from contract.core.graphs import coverage, dispatch_kind, lost_kinds, served, wanted
+
     last = branch_records[-1] if branch_records else None
     refused = rejection(last) if last is not None else None
     if refused is not None and any(r.index == last.index and not r.halted for r in base_records):
         return {Signature(REFUSED, "-", "-", NEWLY_REFUSED, refused.detail):
                 Occurrence(index, scenario, tuple(r.event for r in branch_records), last.index, last.halted)}
-    from contract.core.graphs import coverage, dispatch_kind, lost_kinds, served, wanted
 
     base_cov, branch_cov = coverage(base_records), coverage(branch_records)
     out = {}

@@ -4,10 +4,10 @@ vLLM's registry (``AttentionBackendEnum``, ``v1/attention/backends/registry.py``
 A scenario names a support level per role (``contract.core.properties.layers_support``). The replay
 runs, for each level, the builder of a backend that gives that level in every release, whatever the
 GPU and config (:data:`BY_LEVEL`; ``tests/test_attention_roles.py`` checks each against the release
-tables ``contract/evidence/release_facts.py`` reads from the source). The level resolution takes the
-minimum of is then vLLM's answer, not the scenario's: an edit to one of these builders reaches every
-trace whose scenario runs it, and a tree that changes a level shows as the resolution, captures and
-dispatches it changes.
+tables ``contract/evidence/release_facts.py`` reads from the source). The levels resolution takes
+the minimum of are then vLLM's answers, not the scenario's: an edit to one of these builders reaches
+every trace whose scenario runs it, and a tree that changes a level shows as the resolution,
+captures and dispatches it changes.
 
 A branch check (``conform --vllm-src``) that changes a backend's file runs that backend instead, at
 the level the release's own getter gives it on the replay's platform (:func:`levels_in`, asked of the
