@@ -18,7 +18,7 @@ from contract.families import FAMILIES
 
 # The dotted names in Family.replays that are packages (their every module may run), not single
 # modules; tests/test_ci_docs.py checks each name against the installed releases' trees.
-PACKAGES = frozenset({"vllm.config", "vllm.v1.worker.gpu.spec_decode"})
+PACKAGES = frozenset({"vllm.config", "vllm.v1.attention.backends", "vllm.v1.worker.gpu.spec_decode"})
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW_DOC = Path("docs") / "ci.md"
 HOOKS = Path(".pre-commit-hooks.yaml")
