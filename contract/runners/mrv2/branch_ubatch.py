@@ -21,6 +21,7 @@ import types
 from contract.core import child
 from contract.core.modes import FULL, PIECEWISE, CUDAGraphMode
 from contract.core.policy import BranchError
+from contract.core.tree_source import method
 from contract.core.scenario import MAX_NUM_SEQS
 from contract.runners.mrv2.model.cudagraph_utils import BED
 from contract.runners.mrv2.model.ubatch_utils import (
@@ -67,8 +68,6 @@ def _body(method: ast.FunctionDef) -> list[ast.stmt]:
 
 def read(tree: ast.Module) -> str | None:
     """The method's body (``ast.dump``), or None when the tree has none."""
-    from contract.core.tree_source import method
-
     found = method(tree, *TWIN)
     return None if found is None else ast.dump(ast.Module(_body(found), []))
 
@@ -78,8 +77,6 @@ def as_released(dumped: str | None) -> bool:
 
 
 def check_names(tree: ast.Module, where: str) -> None:
-    from contract.core.tree_source import method
-
     found = method(tree, *TWIN)
     args = {a.arg for a in found.args.args}
     nodes = [n for stmt in _body(found) for n in ast.walk(stmt)]  # its annotations name vLLM's types, never run
@@ -93,12 +90,10 @@ def check_names(tree: ast.Module, where: str) -> None:
 
 def _callable(tree: ast.Module, path: str):
     """The method as a plain function of (self, desc), its annotations dropped (they name vLLM's types)."""
-    from contract.core.tree_source import method
-
     found = method(tree, *TWIN)
-    fn = ast.FunctionDef(found.name, found.args, _body(found), [], None, None)
-    fn.args = ast.arguments(posonlyargs=[], args=[ast.arg(a.arg) for a in found.args.args], vararg=None,
-                            kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(a.arg) for a in found.args.args], vararg=None,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    fn = ast.FunctionDef(name=found.name, args=args, body=_body(found), decorator_list=[], returns=None)
     module = ast.fix_missing_locations(ast.Module([ast.copy_location(fn, found)], []))
     scope = {"__builtins__": builtins, "CUDAGraphMode": CUDAGraphMode, "replace": dataclasses.replace,
              "get_num_ubatches": lambda parallel_config: parallel_config.num_ubatches,
