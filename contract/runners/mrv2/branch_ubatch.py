@@ -93,7 +93,8 @@ def _callable(tree: ast.Module, path: str):
     found = method(tree, *TWIN)
     args = ast.arguments(posonlyargs=[], args=[ast.arg(a.arg) for a in found.args.args], vararg=None,
                          kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
-    fn = ast.FunctionDef(name=found.name, args=args, body=_body(found), decorator_list=[], returns=None)
+    fn = ast.FunctionDef(name=found.name, args=args, body=_body(found), decorator_list=[], returns=None,
+                         **{f: [] for f in ("type_params",) if f in ast.FunctionDef._fields})  # Python 3.12+
     module = ast.fix_missing_locations(ast.Module([ast.copy_location(fn, found)], []))
     scope = {"__builtins__": builtins, "CUDAGraphMode": CUDAGraphMode, "replace": dataclasses.replace,
              "get_num_ubatches": lambda parallel_config: parallel_config.num_ubatches,
