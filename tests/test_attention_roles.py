@@ -146,3 +146,36 @@ def test_an_edited_0_34_backend_outside_the_defaults_is_run_and_its_raised_level
                                               name="uniform-batch-full"), tmp_path)
     assert any("TRITON_MLA (UNIFORM_BATCH)" in n for n in data["cache_notes"]), data["cache_notes"]
     assert [c for c in data["new"] if c["property"] == "P7" and c["role"] == "target"], data["new"]
+
+
+def test_a_changed_backend_file_selects_the_traces_of_its_level():
+    """A branch whose only replayed change is a backend's file (here the chunked local attention NEVER
+    runs by default) replays the traces that build a group of that level, a draft-only group included,
+    plus the fixed sample of the rest, and selects them without the base's decision paths; another
+    changed file on no recorded path still replays every trace."""
+    from types import SimpleNamespace
+
+    from contract.branch.conform import SAMPLE_EVERY, _levels_decide, select
+    from contract.core.trace import Trace
+    from contract.real.attention_backends import DEFAULT_FILES
+
+    def trace(name, **settings):
+        return Trace(Scenario(runner=Runner.MRV2, **settings), "mrv2_0_34", [], name=name)
+
+    never = AttentionCGSupport.NEVER
+    traces = [trace(f"always-{i}") for i in range(2 * SAMPLE_EVERY)] + [
+        trace("never", attention_support=never),
+        trace("never-draft-only", attention_support=never, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
+              attention_support_draft_only=True)]
+
+    def review(path):
+        changed = SimpleNamespace(path=path, module_level=True, functions=[])
+        return SimpleNamespace(diff=SimpleNamespace(python=[changed], functions=lambda: []), replayed=[path])
+
+    chunked = review(DEFAULT_FILES["NEVER"])
+    assert _levels_decide(chunked, DEFAULT_FILES)
+    picked = select(traces, {}, {}, chunked, None, DEFAULT_FILES)
+    assert picked.by_impact == ("never", "never-draft-only") and len(picked.sampled) == 2
+    other = review("v1/attention/backends/utils.py")
+    assert not _levels_decide(other, DEFAULT_FILES)
+    assert select(traces, {}, {}, other, None, DEFAULT_FILES).names == {t.name for t in traces}

@@ -2,6 +2,7 @@
 own shortest witness; the differential says what a branch adds, removes and shares with its base."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -168,8 +169,9 @@ def test_bad_base_is_one_line_and_exit_2(base):
 
 def test_a_branch_refusing_at_start_up_what_its_base_starts_is_a_new_crash_at_start_up():
     """Records of a release whose resolve refuses FULL on a NEVER backend, against one where the same
-    scenario starts: the refusal is the differential's class, not lost graphs; where both refuse, or
-    only the base does, there is none."""
+    scenario starts: the refusal is the differential's class, not lost graphs, though the base runs
+    mixed batches eagerly there (P1, a silent eager fallback); where both refuse, or only the base
+    does, there is none."""
     from contract.core.classes import NEWLY_REFUSED, REFUSED, Severity, severity
     from contract.core.differential import lost_occurrence
     from contract.core.graphs import run_script
@@ -177,13 +179,33 @@ def test_a_branch_refusing_at_start_up_what_its_base_starts_is_a_new_crash_at_st
     from contract.core.scenario import Runner, Scenario
 
     policy = load_policy("mrv2_0_34")
-    starts, refuses = (run_script(Scenario(runner=Runner.MRV2, cudagraph_mode=CUDAGraphMode.FULL,
-                                           attention_support=level), policy)
-                       for level in (AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE, AttentionCGSupport.NEVER))
+    # The base's scenario, whose records are judged for the base's violations.
+    s = Scenario(runner=Runner.MRV2, cudagraph_mode=CUDAGraphMode.FULL,
+                 attention_support=AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+    starts, refuses = run_script(s, policy), run_script(replace(s, attention_support=AttentionCGSupport.NEVER), policy)
     assert refuses[-1].halted and not starts[-1].halted
-    found = lost_occurrence(0, None, starts, refuses)
-    [(sig, occurrence)] = found.items()
+    [(sig, occurrence)] = lost_occurrence(0, s, starts, refuses, Runner.MRV2).items()
     assert (sig.property, sig.what) == (REFUSED, NEWLY_REFUSED) and "NEVER" in sig.detail
     assert occurrence.step == refuses[-1].index and severity(sig) is Severity.CRASH_START_UP
-    assert not [s for s in lost_occurrence(0, None, refuses, refuses) if s.property == REFUSED]
-    assert not [s for s in lost_occurrence(0, None, refuses, starts) if s.property == REFUSED]
+    assert not [sig for sig in lost_occurrence(0, s, refuses, refuses, Runner.MRV2) if sig.property == REFUSED]
+    assert not [sig for sig in lost_occurrence(0, s, refuses, starts, Runner.MRV2) if sig.property == REFUSED]
+
+
+def test_refusing_what_the_base_runs_broken_is_a_fix_not_a_new_class():
+    """0.34.0 refuses a hybrid model whose Mamba cache has fewer blocks than max_num_seqs; the mutant
+    without that check captures FULL graphs its Mamba kernel cannot run (P7). Against that mutant as
+    the base, 0.34.0's refusal is neither a new class nor lost graphs: it is how the P7 is fixed."""
+    from contract.core.classes import REFUSED
+    from contract.core.differential import lost_occurrence
+    from contract.core.graphs import run_script
+    from contract.core.scenario import Runner, Scenario
+
+    fixed = load_policy("mrv2_0_34")
+    broken = mutant_policy(next(m for m in MUTANTS if m.name == "mrv2_mamba_blocks_unchecked"))
+    s = Scenario(runner=Runner.MRV2, mamba_cache_blocks=1)
+    refuses, runs_broken = run_script(s, fixed), run_script(s, broken)
+    assert refuses[-1].halted and not runs_broken[-1].halted
+    assert lost_occurrence(0, s, runs_broken, refuses, Runner.MRV2) == {}
+    # The same base with its graphs' dispatches left out shows no P7: the refusal is new again.
+    clean = [replace(r, dispatches=()) for r in runs_broken]
+    assert [sig.property for sig in lost_occurrence(0, s, clean, refuses, Runner.MRV2)] == [REFUSED]

@@ -329,5 +329,5 @@ def test_the_drafter_losing_graphs_under_spec_enforce_eager_is_no_loss():
     for eager in (False, True):
         s = Scenario(runner=Runner.MRV2, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
                      spec_enforce_eager=eager)
-        lost[eager] = {sig.role for sig in lost_occurrence(0, s, run_script(s, base), run_script(s, branch))}
+        lost[eager] = {sig.role for sig in lost_occurrence(0, s, run_script(s, base), run_script(s, branch), s.runner)}
     assert lost == {False: {"target", "drafter"}, True: {"target"}}

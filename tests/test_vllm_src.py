@@ -12,12 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from contract.branch import tree as branch
+from contract.branch.base import family_files
 from contract.runners.mrv1 import branch as mrv1_branch
 from contract.core.modes import CUDAGraphMode
 from contract.runners.mrv1.model.wrappers import LoadContext, RawModel
 from contract.cli import app
 from contract.core.explore import explore
-from contract.families import load_policy
+from contract.families import by_name, load_policy
 from contract.core.properties import PROPERTIES
 from contract.core.scenario import ConfigRevision
 from vllm_envs import per_kind, release_source
@@ -31,7 +32,9 @@ runner = CliRunner()
 
 
 def copy_tree(pkg: Path, dest: Path, files=NEEDED) -> Path:
-    for rel in files:
+    """The files ``verify`` reads, and every file Model Runner V1's replay imports, so that ``--base
+    auto`` compares the copy with whole releases rather than with missing files."""
+    for rel in {*files, *family_files(by_name("mrv1"), pkg)}:
         (dest / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(pkg / rel, dest / "vllm" / rel)
     return dest

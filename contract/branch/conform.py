@@ -31,11 +31,11 @@ from contract.core.differential import Differential, lost_occurrence, split_refu
 from contract.core.graphs import affected_share
 from contract.core.family import Family
 from contract.core.modes import AttentionCGSupport
-from contract.core.properties import check
+from contract.core.properties import attention_levels, check
 from contract.core.trace import Trace
 from contract.real import corpus as corpus_mod
 from contract.real import judge
-from contract.real.attention_backends import choose
+from contract.real.attention_backends import DEFAULT_FILES, choose
 from contract.real import provenance
 from contract.real.installed import EnvironmentProblem, import_root, package_of, replay_settings
 
@@ -117,25 +117,28 @@ def corpus(family: Family, release_policy, tree, kind: str, entry: str, version:
     return chosen
 
 
-def attention_backends(python: Path, family: Family, review: Review, timeout: float | None) -> dict[str, str]:
-    """Level -> the registry backend both sides run for it, where the tree changes a file that
-    defines a registered attention backend: its level is the release's own getter's, asked of the
-    release in ``python``'s environment on the replay's platform (``contract/real/attention_backends.py``).
-    Empty when the change touches no backend's file."""
+def attention_backends(python: Path, family: Family, review: Review,
+                       timeout: float | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(level -> the registry backend both sides run for it, level -> the changed file defining
+    it), where the tree changes a file that defines a registered attention backend: its level is the
+    release's own getter's, asked of the release in ``python``'s environment on the replay's platform
+    (``contract/real/attention_backends.py``). Both empty when the change touches no backend's file."""
     paths = sorted(f.path for f in (review.diff.python if review.diff else []) if f.kind != "removed"
                    and f.path.startswith("v1/attention/backends/"))
     if not paths:
-        return {}
+        return {}, {}
     try:
         outcome = child.run("contract.branch.observe:backend_levels", {"runner": family.name, "paths": paths},
                             what="the attention backends' levels", timeout=timeout, python=python,
                             settings=replay_settings(), root=import_root())
     except (child.ChildProblem, EnvironmentProblem) as exc:
         raise ObserveProblem(str(exc)) from None
-    levels = outcome.value.get("levels") if isinstance(outcome.value, dict) else None
-    if not isinstance(levels, dict) or not all(isinstance(k, str) and v in LEVELS for k, v in levels.items()):
+    found = outcome.value.get("levels") if isinstance(outcome.value, dict) else None
+    if not isinstance(found, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and len(v) == 2 and v[0] in LEVELS and v[1] in paths
+            for k, v in found.items()):
         raise ObserveProblem("the attention backends' levels came back malformed")
-    return choose(levels)
+    return choose({name: (level, file) for name, (level, file) in found.items()})
 
 
 def base_observations(python: Path, family: Family, version: str, traces: list[Trace], timeout: float | None,
@@ -180,11 +183,13 @@ def _reached(observation: dict, where: dict) -> tuple[set[tuple[str, str]], set[
     return functions, files
 
 
-def select(traces: list[Trace], base: dict, where: dict, review: Review | None, full: str | None) -> Selection:
+def select(traces: list[Trace], base: dict, where: dict, review: Review | None, full: str | None,
+           backend_files: dict[str, str] | None = None) -> Selection:
     """The traces a branch run replays: every one when ``full`` says why (``--corpus full``, traces a
     person gave) or the change is unknown; else those whose base decision path reaches a changed
     function, or a changed file where no decision point names the function, plus every
-    ``SAMPLE_EVERY``-th of the rest."""
+    ``SAMPLE_EVERY``-th of the rest. A changed backend's file (``backend_files``, level -> file) is
+    reached by every trace that builds an attention group of its level."""
     names = [t.name for t in traces]
     if full:
         return Selection(tuple(names), (), len(names), f"{full}: all {len(names)}")
@@ -192,7 +197,10 @@ def select(traces: list[Trace], base: dict, where: dict, review: Review | None, 
         return Selection(tuple(names), (), len(names), f"no base source to compare the tree with: all {len(names)} traces")
     changed_functions = {(path, fn.qualname) for path, fn in review.diff.functions()}
     changed_files = {f.path for f in review.diff.python}
-    reach = {name: _reached(base.get(name, {}), where) for name in names}
+    reach = {t.name: _reached(base.get(t.name, {}), where) for t in traces}
+    for t in traces:
+        reach[t.name][1].update(file for level, file in (backend_files or {}).items()
+                                if level in {s.name for s in attention_levels(t.scenario)})
     point_functions = {fn for functions, _ in reach.values() for fn in functions}
     # A changed function that is a decision point selects the traces reaching it; any other change
     # in a file selects the traces reaching that file.
@@ -210,6 +218,13 @@ def select(traces: list[Trace], base: dict, where: dict, review: Review | None, 
     return Selection(tuple(impact), tuple(sampled), len(names),
                      f"{len(impact)} of {len(names)} traces reach the change on the base; "
                      f"{len(sampled)} more sampled (every {SAMPLE_EVERY}th of the rest); --corpus full replays all")
+
+
+def _levels_decide(review: Review, backend_files: dict[str, str]) -> bool:
+    """Whether every replayed file the tree changes defines a backend it runs, so that the levels
+    alone select the traces (``select``) and the base replays only those."""
+    changed = {f.path for f in review.diff.python} & set(review.replayed) if review.diff else set()
+    return bool(changed) and changed <= set(backend_files.values())
 
 
 def occurrences(traces: list[Trace], observed: dict, label: str, family: Family, vllm: str) -> tuple[dict, dict]:
@@ -269,7 +284,8 @@ def lost(traces: list[Trace], base_obs: dict, branch_obs: dict, label: str, fami
         if not base_obs.get(trace.name, {}).get("steps"):
             continue
         mine = _records(trace, branch_obs, family, vllm)
-        for sig, o in lost_occurrence(index, trace.scenario, _records(trace, base_obs, family, vllm), mine).items():
+        for sig, o in lost_occurrence(index, trace.scenario, _records(trace, base_obs, family, vllm), mine,
+                                      family.runner).items():
             found.setdefault(sig, []).append(o)
             steps = branch_obs.get(trace.name, {}).get("steps") or []
             witnesses[(sig, index)] = Trace(
@@ -390,16 +406,23 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
     traces = [*always, *traces]
     for i, t in enumerate(traces):
         t.name = t.name or f"trace-{i}"
-    backends = attention_backends(python, family, review, timeout)
+    backends, changed_backends = attention_backends(python, family, review, timeout)
+    backend_files = {**DEFAULT_FILES, **changed_backends}
     if backends:  # the base side runs them too, in a cache entry of its own
         entry += "-" + "-".join(f"{level}={name}" for level, name in sorted(backends.items()))
         notes.append("attention backends run for the change: "
                      + ", ".join(f"{name} ({level})" for level, name in sorted(backends.items())))
-    base_all, where, base_replayed = base_observations(python, family, version, traces, timeout, entry, release_pkg,
-                                                       notes, backends)
-    selection = select(traces, base_all, where, review,
-                       "the traces given" if given is not None else "--corpus full" if kind == "full" else None)
-    kept = selection.names | {t.name for t in always}
+    full = "the traces given" if given is not None else "--corpus full" if kind == "full" else None
+    if not full and _levels_decide(review, backend_files):  # no base path needed to select
+        selection = select(traces, {}, {}, review, None, backend_files)
+        kept = selection.names | {t.name for t in always}
+        base_all, where, base_replayed = base_observations(python, family, version, [t for t in traces if t.name in kept],
+                                                           timeout, entry, release_pkg, notes, backends)
+    else:
+        base_all, where, base_replayed = base_observations(python, family, version, traces, timeout, entry,
+                                                           release_pkg, notes, backends)
+        selection = select(traces, base_all, where, review, full, backend_files)
+        kept = selection.names | {t.name for t in always}
     chosen = [t for t in traces if t.name in kept]
     sized = family.sizes is not None and family.sizes.models(version) and (given is None or bool(size_settings))
     try:

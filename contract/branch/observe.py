@@ -74,8 +74,8 @@ def observe(payload: dict) -> dict:
 
 
 def backend_levels(payload: dict) -> dict:
-    """Registry name -> level, for the attention backends defined in ``payload["paths"]``, by the
-    getters of the vLLM of this Python, on the replay's platform and a default scenario's config."""
+    """Registry name -> (level, file), for the attention backends defined in ``payload["paths"]``,
+    by the getters of the vLLM of this Python, on the replay's platform and a default scenario's config."""
     from contract.core.scenario import Scenario
     from contract.families import by_name
     from contract.real.attention_backends import levels_in

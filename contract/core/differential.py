@@ -20,14 +20,16 @@ and a base class the branch no longer shows in such a scenario is **traded**, no
 violation went away because the graphs did. Where the branch refuses at start-up, with vLLM's
 advice, a configuration the base starts, the refusal is a new class of its own (``REFUSED``, a crash
 at start-up to the user whose command stops working) rather than lost graphs, though a single
-release's refusal is none (``classes.rejection``).
+release's refusal is none (``classes.rejection``); where the base runs that configuration broken (a
+crash, a hang, a wrong result or a shape its backend does not support), the refusal is the fix.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contract.core.classes import NEWLY_REFUSED, REFUSED, Occurrence, Signature, ViolationClass, of_records, rejection
+from contract.core.classes import (NEWLY_REFUSED, REFUSED, Occurrence, Severity, Signature, ViolationClass, of_records,
+                                   rejection, severity)
 from contract.core.explore import DEFAULT_DEPTH, Exploration, explore, witnessed_classes
 from contract.core.engine import Run
 from contract.core.policy import Policy, PolicyError
@@ -80,17 +82,21 @@ def lost_signature(kind: str) -> Signature:
     return Signature(LOST, ROLE[kind], "-", f"fewer {kind} dispatches served by a graph")
 
 
-def lost_occurrence(index: int, scenario, base_records, branch_records) -> dict[Signature, Occurrence]:
+def lost_occurrence(index: int, scenario, base_records, branch_records, runner) -> dict[Signature, Occurrence]:
     """The kinds the branch serves with fewer graphs than the base on the serving script, among those
     the configuration wants graphed (``graphs.wanted``), each at the first step where a dispatch of
     that kind loses its graph. Where the branch's run ends in an accepted rejection at a step the
-    base goes on from, that refusal instead (``REFUSED``, a new class: ``split_refused``): every
-    graph lost there is lost to it."""
+    base goes on from, that refusal instead: a new class (``REFUSED``: ``split_refused``), every
+    graph lost there lost to it, unless the base runs the configuration broken (``runs_broken``):
+    refusing that with vLLM's advice is how a fix closes a configuration, and the base's classes
+    there are then fixed."""
     from contract.core.graphs import coverage, dispatch_kind, lost_kinds, served, wanted
 
     last = branch_records[-1] if branch_records else None
     refused = rejection(last) if last is not None else None
     if refused is not None and any(r.index == last.index and not r.halted for r in base_records):
+        if runs_broken(base_records, scenario, runner):
+            return {}
         return {Signature(REFUSED, "-", "-", NEWLY_REFUSED, refused.detail):
                 Occurrence(index, scenario, tuple(r.event for r in branch_records), last.index, last.halted)}
 
@@ -112,6 +118,16 @@ def lost_occurrence(index: int, scenario, base_records, branch_records) -> dict[
     return out
 
 
+def runs_broken(records, scenario, runner) -> bool:
+    """Whether a run shows a class at least as bad as a FULL graph of a shape the backend does not
+    support: a user is better off with a refusal at start-up. A silent eager fallback, a graph
+    captured when serving or memory the estimate missed still serve, so refusing them is a
+    regression."""
+    kinds = {r.index: r.event.kind for r in records}
+    return any(severity(sig, kinds[i]).rank <= Severity.UNSUPPORTED_SHAPE.rank
+               for sig, i in of_records(records, scenario, runner, check))
+
+
 def lost_graphs(branch: Policy, base: Policy, scenarios) -> dict[Signature, list[Occurrence]]:
     """Per lost kind, every scenario where the branch serves fewer dispatches with a graph."""
     from contract.core.graphs import run_script
@@ -120,7 +136,8 @@ def lost_graphs(branch: Policy, base: Policy, scenarios) -> dict[Signature, list
         return {}
     found: dict[Signature, list[Occurrence]] = {}
     for index, scenario in enumerate(scenarios):
-        for sig, o in lost_occurrence(index, scenario, run_script(scenario, base), run_script(scenario, branch)).items():
+        for sig, o in lost_occurrence(index, scenario, run_script(scenario, base), run_script(scenario, branch),
+                                      base.runner).items():
             found.setdefault(sig, []).append(o)
     return found
 

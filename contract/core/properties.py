@@ -159,6 +159,13 @@ def attention_roles(scenario: Scenario) -> tuple[str, ...]:
     return ("target", "drafter") if scenario.drafter is DrafterKind.WITH_MODEL else ("target",)
 
 
+def attention_levels(scenario: Scenario) -> frozenset[AttentionCGSupport]:
+    """Every level the replay builds an attention group of: each role's layers (stage 0's), and each
+    later pipeline stage's."""
+    return frozenset({layers_support(scenario, role) for role in attention_roles(scenario)}
+                     | {scenario.stage_support(stage) for stage in range(1, scenario.pipeline_parallel_size)})
+
+
 def resolved_support(scenario: Scenario, reads_draft_layers: bool = True) -> AttentionCGSupport:
     """The support resolve reads: the minimum over every attention group, the draft model's
     included (``get_attn_cg_support``, ``34:v1/worker/gpu/attn_utils.py:322-347``;

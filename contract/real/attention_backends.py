@@ -42,6 +42,9 @@ BY_LEVEL = {
 # registered backend, any of which a branch that changes its file runs, and the chunked local
 # attention module NEVER's builder comes from.
 MODULES = ("vllm.v1.attention.backends", "vllm.model_executor.layers.attention.chunked_local_attention")
+# Level -> the file outside the backends package whose builder the replay runs for it by default:
+# a tree that changes it is on the traces of that level (``contract/branch/conform.py``'s selection).
+DEFAULT_FILES = {"NEVER": MODULES[1].removeprefix("vllm.").replace(".", "/") + ".py"}
 # Llama 4's attention_chunk_size (config.json of meta-llama/Llama-4-Scout-17B-16E-Instruct)
 ATTENTION_CHUNK_SIZE = 8192
 
@@ -70,10 +73,11 @@ def builder_class(level: str, chosen: dict[str, str] | None = None) -> type:
     return backend.get_builder_cls()
 
 
-def levels_in(paths: list[str], vllm_config) -> dict[str, str]:
-    """Registry name -> the level its builder's ``get_cudagraph_support`` gives under ``vllm_config``,
-    for every registered backend whose class is defined in one of ``paths`` (relative to ``vllm/``).
-    A backend that does not import here, or whose getter raises, is left out."""
+def levels_in(paths: list[str], vllm_config) -> dict[str, tuple[str, str]]:
+    """Registry name -> (the level its builder's ``get_cudagraph_support`` gives under
+    ``vllm_config``, the file of ``paths`` that defines it), for every registered backend defined in
+    one of ``paths`` (relative to ``vllm/``). A backend that does not import here, or whose getter
+    raises, is left out."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     out = {}
@@ -82,19 +86,24 @@ def levels_in(paths: list[str], vllm_config) -> dict[str, str]:
             path = member.get_path()
         except Exception:  # noqa: BLE001 - a member that must be registered first (CUSTOM)
             continue
-        module = path.rsplit(".", 1)[0]
-        if module.removeprefix("vllm.").replace(".", "/") + ".py" not in paths:
+        file = path.rsplit(".", 1)[0].removeprefix("vllm.").replace(".", "/") + ".py"
+        if file not in paths:
             continue
         try:
-            out[member.name] = _backend(member.name).get_builder_cls().get_cudagraph_support(vllm_config, None).name
+            out[member.name] = (_backend(member.name).get_builder_cls().get_cudagraph_support(vllm_config, None).name,
+                                file)
         except Exception:  # noqa: BLE001 - not importable on this machine
             continue
     return out
 
 
-def choose(levels: dict[str, str]) -> dict[str, str]:
-    """Level -> the backend run for it: the first by name of ``levels_in``'s for each level."""
-    out: dict[str, str] = {}
-    for name in sorted(levels):
-        out.setdefault(levels[name], name)
-    return out
+def choose(found: dict[str, tuple[str, str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(level -> the backend run for it, level -> the file defining that backend): the first by name
+    of ``levels_in``'s for each level."""
+    chosen: dict[str, str] = {}
+    files: dict[str, str] = {}
+    for name in sorted(found):
+        level, file = found[name]
+        if level not in chosen:
+            chosen[level], files[level] = name, file
+    return chosen, files
