@@ -218,15 +218,16 @@ def test_model_runner_v1_agrees_as_coordinate_batch_across_dp():
 @pytest.mark.evidence
 @pytest.mark.conformance
 def test_the_plugin_says_the_sync_change_it_does_not_read(tmp_path):
-    """The model reads no DP sync: the plugin passes the tree's model items but names the change and
-    the replay that runs it, as ``verify --vllm-src`` does; never a silent pass."""
+    """The model reads no DP sync: the plugin passes the tree's model items, and skips an item that
+    names the change and the replay that runs it, as ``verify --vllm-src`` does; never a silent pass."""
     tree = skip_sync_tree(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-c", "/dev/null", "-p", "no:cacheprovider",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-c", "/dev/null", "-p", "no:cacheprovider", "-rs",
                            "--cudagraph-contract-vllm-src", str(tree), "--cudagraph-contract-base", "auto"],
                           capture_output=True, text=True, cwd=empty, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed, 1 skipped" in done.stdout and "SKIPPED" in done.stdout, done.stdout[-3000:]
     assert ("the model does not read 1 of the tree's changes (v1/worker/gpu/dp_utils.py: dispatch_cg_and_sync_dp); "
             f"replay them on vLLM's own code: cudagraph-contract conform --vllm-src {tree} --base 0.34.0") \
         in done.stdout.replace("\n", " "), done.stdout

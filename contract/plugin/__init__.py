@@ -6,7 +6,8 @@ runs in vLLM's own CI: the tree's ``load_model`` wrapping block is verified exha
 explorer) and compared with the base (``--base`` of the command line: a release, a built-in
 policy, a policy file or a tree; ``auto`` by default). Every *new* class becomes an item
 ``cudagraph_contract::new::<class>`` whose failure message is the class and its shortest witness;
-with nothing new one passing item says so. Every kind of dispatch the branch serves with fewer
+with nothing new one passing item says so; changes the model does not read are a skipped item
+``cudagraph_contract::<branch>::unread`` whose reason names them and the replay that runs them. Every kind of dispatch the branch serves with fewer
 CUDA graphs than the base (lost graphs) is an item ``cudagraph_contract::lost-graphs::<class>``,
 failing unless ``--cudagraph-contract-allow-lost-graphs``. ``--cudagraph-contract-profile ci`` also runs the
 Hypothesis machine and fails on a counterexample whose class the base does not show.
@@ -44,11 +45,14 @@ def pytest_addoption(parser) -> None:
 
 
 class ContractItem(pytest.Item):
-    def __init__(self, *, outcome: str | None, **kwargs):
+    def __init__(self, *, outcome: str | None, unchecked: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.outcome = outcome  # None: passes; otherwise the failure text
+        self.unchecked = unchecked  # what was not checked: the item is skipped, never passed
 
     def runtest(self) -> None:
+        if self.unchecked is not None:
+            pytest.skip(self.unchecked)
         if self.outcome is not None:
             raise ContractFailure(self.outcome)
 
@@ -63,6 +67,15 @@ class ContractItem(pytest.Item):
 
 class ContractFailure(Exception):
     pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skipped contract item is located at the plugin's group, not at the line that skips it."""
+    outcome = yield
+    report = outcome.get_result()
+    if isinstance(item, ContractItem) and report.skipped and isinstance(report.longrepr, tuple):
+        report.longrepr = (GROUP, None, report.longrepr[2])
 
 
 def witness_text(c) -> str:
@@ -107,8 +120,11 @@ def _items(session, config) -> list[ContractItem]:
             base = chosen.policy
             d = compare(policy, base)
             config._cudagraph_contract_lines.append(f"{policy.name}: {chosen.said}; {d.summary()}")
-            if tree is not None:
-                config._cudagraph_contract_lines += _unread(tree, chosen)
+            unread = _unread(tree, chosen) if tree is not None else []
+            config._cudagraph_contract_lines += unread
+            if unread:
+                items.append(ContractItem.from_parent(
+                    session, name=f"cudagraph_contract::{policy.name}::unread", outcome=None, unchecked=unread[0]))
             for c in d.new:  # worst severity first
                 items.append(ContractItem.from_parent(
                     session, name=f"cudagraph_contract::{policy.name}::new::{c.id}",
