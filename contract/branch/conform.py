@@ -413,16 +413,14 @@ def run(review: Review, family: Family, release_policy, python: Path, version: s
         notes.append("attention backends run for the change: "
                      + ", ".join(f"{name} ({level})" for level, name in sorted(backends.items())))
     full = "the traces given" if given is not None else "--corpus full" if kind == "full" else None
-    if not full and _levels_decide(review, backend_files):  # no base path needed to select
-        selection = select(traces, {}, {}, review, None, backend_files)
-        kept = selection.names | {t.name for t in always}
-        base_all, where, base_replayed = base_observations(python, family, version, [t for t in traces if t.name in kept],
-                                                           timeout, entry, release_pkg, notes, backends)
-    else:
-        base_all, where, base_replayed = base_observations(python, family, version, traces, timeout, entry,
-                                                           release_pkg, notes, backends)
-        selection = select(traces, base_all, where, review, full, backend_files)
-        kept = selection.names | {t.name for t in always}
+    always_names = {t.name for t in always}
+    by_levels = not full and _levels_decide(review, backend_files)  # then the base's paths are not needed
+    selection = select(traces, {}, {}, review, None, backend_files) if by_levels else None
+    base_all, where, base_replayed = base_observations(
+        python, family, version, [t for t in traces if t.name in selection.names | always_names] if by_levels else traces,
+        timeout, entry, release_pkg, notes, backends)
+    selection = selection or select(traces, base_all, where, review, full, backend_files)
+    kept = selection.names | always_names
     chosen = [t for t in traces if t.name in kept]
     sized = family.sizes is not None and family.sizes.models(version) and (given is None or bool(size_settings))
     try:

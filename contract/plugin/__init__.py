@@ -7,9 +7,10 @@ explorer) and compared with the base (``--base`` of the command line: a release,
 policy, a policy file or a tree; ``auto`` by default). Every *new* class becomes an item
 ``cudagraph_contract::new::<class>`` whose failure message is the class and its shortest witness;
 with nothing new one passing item says so; changes the model does not read are a skipped item
-``cudagraph_contract::<branch>::unread`` whose reason names them and the replay that runs them. Every kind of dispatch the branch serves with fewer
-CUDA graphs than the base (lost graphs) is an item ``cudagraph_contract::lost-graphs::<class>``,
-failing unless ``--cudagraph-contract-allow-lost-graphs``. ``--cudagraph-contract-profile ci`` also runs the
+``cudagraph_contract::<branch>::unread`` whose reason names them and the replay that runs them.
+Every kind of dispatch the branch serves with fewer CUDA graphs than the base (lost graphs) is an
+item ``cudagraph_contract::lost-graphs::<class>``, failing unless
+``--cudagraph-contract-allow-lost-graphs``. ``--cudagraph-contract-profile ci`` also runs the
 Hypothesis machine and fails on a counterexample whose class the base does not show.
 
 Only code the person names runs: the tree given, and ``.py`` policy files given with
