@@ -46,7 +46,9 @@ class DrafterKind(enum.Enum):
 
 class Speculator(enum.Enum):
     """Which MRV2 speculator serves a drafter with a model (``33:v1/worker/gpu/spec_decode/__init__.py:14-94``,
-    ``34:…/__init__.py:18-49``); MRV1 has one proposer class for all of them (``DrafterKind.WITH_MODEL``).
+    ``34:…/__init__.py:18-49``). MRV1 models two proposer classes: ``EagleProposer`` (``EAGLE``) and,
+    for ``method: draft_model``, ``DraftModelProposer`` (``STANDALONE_AR``), which the runner's checks
+    name beside EAGLE's (``use_eagle() or uses_draft_model()``, ``33:v1/worker/gpu_model_runner.py:5796-5798,6803-6813``).
 
     ``EAGLE``: ``TargetDependentARSpeculator`` (eagle, eagle3, single-module ``mtp``, Gemma4 MTP).
     ``MULTI_MODULE_MTP``: one module per speculative step. ``DFLASH``: the DFlash family (DFlash,
@@ -165,6 +167,8 @@ class Scenario:
         if self.drafter is not DrafterKind.WITH_MODEL and (self.speculator is not Speculator.EAGLE
                                                            or not self.draft_compiled):
             return "speculator and draft_compiled describe a drafter with a model"
+        if self.runner is Runner.MRV1 and self.speculator not in (Speculator.EAGLE, Speculator.STANDALONE_AR):
+            return "Model Runner V1's drafters with a model are EAGLE's and the draft model's (speculator eagle or standalone_ar)"
         if self.adaptive_verification and not has_spec:
             return "adaptive_verification needs a drafter"
         if self.varlen_decode_bound and not (self.adaptive_verification
@@ -276,10 +280,10 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.
 RUNNER_SCOPE = {
-    # MRV1 has one proposer class and compiles every decorated model alike.
+    # MRV1 compiles every decorated model alike, and its two proposer classes share the base proposer's graphs.
     Runner.MRV1: {"max_uniform_decode_query_len": 3,
                   "unmodelled": tuple(f for f in OPTIONAL_FIELDS
-                                      if f not in ("data_parallel_size", "attention_support_draft_only"))},
+                                      if f not in ("data_parallel_size", "attention_support_draft_only", "speculator"))},
     Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ()},
 }
 

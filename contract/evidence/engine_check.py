@@ -166,7 +166,7 @@ def compare(plan, result: Result) -> list[str]:
     built. ``plan`` is a ``reach.Plan``."""
     from contract.evidence import model_facts
     from contract.evidence.reach import MODELLESS, revision
-    from contract.core.scenario import ConfigRejected, DrafterKind, post_init
+    from contract.core.scenario import ConfigRejected, DrafterKind, Speculator, post_init
 
     s, release = plan.scenario, plan.release
     try:
@@ -231,8 +231,10 @@ def compare(plan, result: Result) -> list[str]:
     differs("num_speculative_tokens", s.uniform_decode_query_len - 1, spec["num_speculative_tokens"])
     differs("spec enforce_eager", s.spec_enforce_eager, spec["enforce_eager"])
     differs("adaptive_verification", s.adaptive_verification, spec["enable_adaptive_verification"])
-    if s.runner.name == "MRV2" and kind is DrafterKind.WITH_MODEL:
-        differs("speculator", s.speculator.value, SPECULATORS.get(spec["speculator"], spec["speculator"]))
+    if kind is DrafterKind.WITH_MODEL:  # MRV1: EagleProposer, or DraftModelProposer for draft_model
+        built = (SPECULATORS.get(spec["speculator"], spec["speculator"]) if s.runner.name == "MRV2" else
+                 Speculator.STANDALONE_AR.value if spec["method"] == "draft_model" else Speculator.EAGLE.value)
+        differs("speculator", s.speculator.value, built)
     if kind is DrafterKind.WITH_MODEL:
         draft = facts.draft(spec["draft_architecture"]) if facts else None
         draft = draft or (facts.target(spec["draft_architecture"]) if facts else None)

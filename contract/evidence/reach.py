@@ -361,7 +361,7 @@ def _drafter(s: Scenario, release: str, facts, stored: dict[str, Checkpoint]):
     saying why none."""
     from contract.evidence import model_facts
 
-    if s.runner is Runner.MRV1 or (s.speculator is Speculator.EAGLE and s.draft_compiled):
+    if s.speculator is Speculator.EAGLE and (s.runner is Runner.MRV1 or s.draft_compiled):
         head = facts.draft(stored[EAGLE_HEAD].architecture)
         if s.runner is Runner.MRV2 and (head is None or head.status != model_facts.COMPILED):
             return not_stored(release, f"{EAGLE_HEAD} ({stored[EAGLE_HEAD].architecture}) is not compiled here")
@@ -390,7 +390,7 @@ def _drafter(s: Scenario, release: str, facts, stored: dict[str, Checkpoint]):
                                    f"class; architectures that have none: {', '.join(candidates)}")
     if s.speculator is Speculator.STANDALONE_AR:
         d = facts.target(stored[DRAFT_MODEL].architecture)
-        if (d is not None and d.status == model_facts.COMPILED) != s.draft_compiled:
+        if s.runner is Runner.MRV2 and (d is not None and d.status == model_facts.COMPILED) != s.draft_compiled:
             return not_stored(release, f"draft_compiled={s.draft_compiled} with a separate draft model: "
                                        f"{DRAFT_MODEL} is {d.status if d else 'unknown'}")
         return EAGLE_TARGET, {"method": "draft_model", "model": DRAFT_MODEL}, DRAFT_MODEL, \

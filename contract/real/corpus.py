@@ -54,8 +54,9 @@ def cells(trace: Trace) -> set[tuple]:
     s = trace.scenario
     scenario_class = (s.breakable, s.ubatching, s.cudagraph_mode.name, s.compilation_mode.name,
                       s.splitting_ops.name, s.drafter.name, s.spec_enforce_eager, s.extensible_kv_cache)
-    if s.runner is Runner.MRV2 and s.drafter is DrafterKind.WITH_MODEL:
-        # MRV2 builds a different speculator per method, each with its own managers and steps.
+    if s.drafter is DrafterKind.WITH_MODEL:
+        # MRV2 builds a different speculator per method, each with its own managers and steps; MRV1
+        # a different proposer class, which the runner's checks name apart.
         scenario_class += (s.speculator.name,)
 
     resolved = None

@@ -15,7 +15,15 @@ from contract.real.errors import first_line
 from contract.real.run import ConformanceRun, ReplayProblem, finding
 from contract.core.policy import Policy
 from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
-from contract.core.scenario import MAX_DATA_PARALLEL_SIZE, DrafterKind, Runner, Scenario, SplittingOps, all_scenarios
+from contract.core.scenario import (
+    MAX_DATA_PARALLEL_SIZE,
+    DrafterKind,
+    Runner,
+    Scenario,
+    Speculator,
+    SplittingOps,
+    all_scenarios,
+)
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
@@ -27,7 +35,8 @@ def scenarios() -> Iterator[Scenario]:
     """Every MRV1 scenario, in a fixed order; then the model space's on two data-parallel ranks
     (each trace one process per rank, ``contract/real/ranks.py``), and vLLM's defaults on 3 and 4;
     then a weaker draft-only backend (``attention_support_draft_only``) under every mode, compilation,
-    splitting and breakable setting."""
+    splitting and breakable setting; then the draft model's proposer (``method: draft_model``) under
+    every mode, compilation, splitting and breakable setting."""
     fields = itertools.product(
         (False, True), (False, True), CUDAGraphMode, CompilationMode, SplittingOps, AttentionCGSupport,
     )
@@ -46,6 +55,17 @@ def scenarios() -> Iterator[Scenario]:
     yield from (Scenario(runner=Runner.MRV1, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1))
     # the draft model's layers on the weaker backend, the target's on an ALWAYS one
     yield from (s for s in all_scenarios(Runner.MRV1) if s.attention_support_draft_only)
+    yield from draft_model_scenarios()
+
+
+def draft_model_scenarios() -> Iterator[Scenario]:
+    """``DraftModelProposer`` where the runner's checks name ``uses_draft_model()`` beside
+    ``use_eagle()``: one speculative token, the target's backend."""
+    for breakable, mode, compilation_mode, splitting_ops in itertools.product(
+            (False, True), CUDAGraphMode, CompilationMode, SplittingOps):
+        yield Scenario(runner=Runner.MRV1, breakable=breakable, cudagraph_mode=mode, compilation_mode=compilation_mode,
+                       splitting_ops=splitting_ops, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2,
+                       speculator=Speculator.STANDALONE_AR)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:

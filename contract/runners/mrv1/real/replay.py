@@ -176,6 +176,7 @@ class RealRun:
         import torch
 
         from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+        from vllm.v1.spec_decode.draft_model import DraftModelProposer
         from vllm.v1.spec_decode.eagle import EagleProposer
 
         self.session, self.scenario = session, scenario
@@ -197,10 +198,11 @@ class RealRun:
                                     for role in attention_roles(scenario)],
             )
             if scenario.drafter is DrafterKind.WITH_MODEL:
-                # An EagleProposer holding what the cudagraph path reads of it
-                # (llm_base_proposer.py:185, :381-386, :424-440, :1642-1694, :1797-1845); its
-                # __init__ builds a draft model.
-                drafter = EagleProposer.__new__(EagleProposer)
+                # The proposer _init_drafter builds for the method (33:v1/worker/gpu_model_runner.py:618-650),
+                # holding what the cudagraph path reads of it (llm_base_proposer.py:185, :381-386,
+                # :424-440, :1642-1694, :1797-1845); its __init__ builds a draft model.
+                proposer = DraftModelProposer if speculative_config.uses_draft_model() else EagleProposer
+                drafter = proposer.__new__(proposer)
                 drafter.__dict__.update(
                     vllm_config=vllm_config, speculative_config=speculative_config,
                     cudagraph_dispatcher=CudagraphDispatcher(vllm_config), dp_rank=0,
@@ -566,11 +568,13 @@ def _track_decision_points(runner_class) -> None:
         decisions.track_attribute(CudagraphDispatcher, name, f"CudagraphDispatcher.{name}")
     from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
     from vllm.compilation.cuda_graph import CUDAGraphWrapper
+    from vllm.v1.spec_decode.draft_model import DraftModelProposer
     from vllm.v1.spec_decode.eagle import EagleProposer
     from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper
 
-    for name in ("dummy_run", "_determine_batch_execution_and_padding"):
-        decisions.track_attribute(EagleProposer, name, f"EagleProposer.{name}")
+    for proposer_class in (EagleProposer, DraftModelProposer):
+        for name in ("dummy_run", "_determine_batch_execution_and_padding"):
+            decisions.track_attribute(proposer_class, name, f"{proposer_class.__name__}.{name}")
     for cls in (CUDAGraphWrapper, BreakableCUDAGraphWrapper, UBatchWrapper):
         decisions.track_attribute(cls, "__call__", f"{cls.__name__}.__call__")
     for module in (gmr, proposer):
