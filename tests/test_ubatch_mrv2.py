@@ -1,5 +1,6 @@
-"""Micro-batching (``--enable-dbo``) on Model Runner V2: each FULL descriptor whose requests split
-evenly has a twin captured for two micro-batches, keyed by its requests' query length; several DP
+"""Micro-batching (``--enable-dbo``, ``--ubatch-size N``) on Model Runner V2: each FULL descriptor whose
+requests split evenly has a twin captured for the step's micro-batches, keyed by its requests' query
+length; several DP
 ranks agree on micro-batching when the smallest batch reaches the threshold. P7 holds a
 micro-batched FULL graph replayed for a mixed batch to be a wrong result. An edited 0.34.0 tree
 whose twin serves any batch is a new class on vLLM's own code."""
@@ -75,6 +76,26 @@ def test_the_runner_exists_on_several_ranks_only_and_speculation_raises_the_thre
         _dbo(PIECEWISE)
     with pytest.raises(ValueError, match="without a drafter"):
         _dbo(FULL, drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2)
+
+
+def test_three_micro_batches_twin_the_descriptors_of_at_least_three_tokens():
+    """--ubatch-size 3: the thresholds rise to the count (vLLM refuses less), the 2-token descriptor has
+    no twin, and decode steps whose smallest batch reaches 3 tokens replay the 4-token twin of 3."""
+    scenario = _dbo(FULL, ubatch_size=3)
+    assert (scenario.num_ubatches, ubatching(scenario, "0.34")) == (3, UBatching(3, 3, 4))
+    m = cgu.build("target:CudaGraphManager", "0.34", FULL, (2, 4), 1, target_q=1, use_breakable_cg=False,
+                  ubatching=ubatching(scenario, "0.34"))
+    assert [str(d) for d in dict(m.capture_descs)[FULL]] == ["BED(FULL,4,4)", "BED(FULL,4,4,utc=1,ubatches=3)",
+                                                             "BED(FULL,2,2)"]
+    served, violations = _served(scenario, load_policy("mrv2_0_34"), ExecuteModel(3, True, peers=(Peer(4, True),)),
+                                 ExecuteModel(2, True, peers=(Peer(4, True),)))
+    assert not violations
+    (mode_a, twin), (mode_b, alone) = served
+    assert (mode_a, twin.num_tokens, twin.num_ubatches, twin.uniform_token_count) == (FULL, 4, 3, 1)
+    assert mode_b == FULL and alone.num_ubatches == 1
+    for size in (2, 4):
+        with pytest.raises(ValueError, match="micro-batch count"):
+            _dbo(FULL, ubatch_size=size)
 
 
 def test_a_trace_forcing_eager_on_a_micro_batching_scenario_is_refused():

@@ -20,9 +20,12 @@ MAX_LORAS = 3  # --max-loras: 3 is the least whose specialised cases round an ac
 NUM_TOKENS_DOMAIN: tuple[int, ...] = (1, 2, 3, 4, 5)
 # --dbo-decode-token-threshold / --dbo-prefill-token-threshold every micro-batching scenario uses
 # (vLLM's defaults, 32 and 512, are above every modelled batch): a uniform decode of 2 tokens and a
-# mixed batch of 4 split, each at least one token per micro-batch (34:config/parallel.py:1271-1280).
+# mixed batch of 4 split, each at least one token per micro-batch; vLLM refuses thresholds below the
+# micro-batch count (34:config/parallel.py:1271-1280), so with more micro-batches they are raised to it.
 DBO_DECODE_TOKEN_THRESHOLD = 2
 DBO_PREFILL_TOKEN_THRESHOLD = 4
+DBO_NUM_UBATCHES = 2  # ParallelConfig.num_ubatches under --enable-dbo (34:config/parallel.py:724-725)
+MAX_UBATCH_SIZE = 3  # --ubatch-size: 3 micro-batches, the least above --enable-dbo's 2
 
 
 class Runner(enum.Enum):
@@ -87,9 +90,10 @@ class Scenario:
 
     runner: Runner = Runner.MRV1
     breakable: bool = False  # VLLM_USE_BREAKABLE_CUDAGRAPH=1
-    # parallel_config.use_ubatching (--enable-dbo / --ubatch-size > 1). MRV2: --enable-dbo on several DP
-    # ranks, without a drafter (0.33.0 refuses DBO with one), LoRA, pipeline stages, a hybrid model
-    # or cudagraph_mode PIECEWISE, which vLLM refuses at start-up (34:config/vllm.py:3378-3410).
+    # parallel_config.use_ubatching (--enable-dbo / --ubatch-size > 1). MRV2: on several DP ranks
+    # (micro-batch count: ``ubatch_size``), without a drafter (0.33.0 refuses DBO with one), LoRA,
+    # pipeline stages, a hybrid model or cudagraph_mode PIECEWISE, which vLLM refuses at start-up
+    # (34:config/vllm.py:3378-3410).
     ubatching: bool = False
     cudagraph_mode: CUDAGraphMode = FULL_AND_PIECEWISE
     compilation_mode: CompilationMode = CompilationMode.VLLM_COMPILE
@@ -150,6 +154,9 @@ class Scenario:
     # profiling (``34:config/compilation.py:1659-1681``, ``33:…:1510-1532``): a FULL capture runs the
     # Mamba decode kernel for each of its requests, which asserts ``num_cache_lines >= batch``.
     mamba_cache_blocks: int | None = None
+    # --ubatch-size N (MRV2, with ubatching): N micro-batches a step splits into, without --enable-dbo,
+    # whose count is 2 (``num_ubatches``, ``34:config/parallel.py:719-725``); 0: --enable-dbo.
+    ubatch_size: int = 0
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -207,6 +214,9 @@ class Scenario:
                 self.data_parallel_size < 2 or has_spec or self.cudagraph_mode == PIECEWISE):
             return ("micro-batching on Model Runner V2 is modelled on several DP ranks, without a drafter and with "
                     "FULL graphs (vLLM refuses it with cudagraph_mode PIECEWISE)")
+        if self.ubatch_size and not (self.ubatching and DBO_NUM_UBATCHES < self.ubatch_size <= MAX_UBATCH_SIZE):
+            return (f"ubatch_size is a micro-batching scenario's micro-batch count above --enable-dbo's "
+                    f"{DBO_NUM_UBATCHES} (at most {MAX_UBATCH_SIZE}), or 0 for --enable-dbo")
         scope = RUNNER_SCOPE[self.runner]
         if self.uniform_decode_query_len > scope["max_uniform_decode_query_len"]:
             return f"the modelled {self.runner.name} covers uniform_decode_query_len <= {scope['max_uniform_decode_query_len']}"
@@ -220,6 +230,17 @@ class Scenario:
         """MRV2's micro-batching, where no serving batch needs eager: ``need_eager``'s one serving source
         is an encoder-decoder model's encoder step, which vLLM refuses with DBO (``events.ranks_problem``)."""
         return self.ubatching and self.runner is Runner.MRV2
+
+    @property
+    def num_ubatches(self) -> int:
+        """``ParallelConfig.num_ubatches`` where micro-batching is on: 2 under --enable-dbo, else
+        --ubatch-size (``34:config/parallel.py:719-725``)."""
+        return self.ubatch_size or DBO_NUM_UBATCHES
+
+    @property
+    def dbo_thresholds(self) -> tuple[int, int]:
+        """(decode, prefill) token thresholds the scenario sets: at least one token per micro-batch."""
+        return max(DBO_DECODE_TOKEN_THRESHOLD, self.num_ubatches), max(DBO_PREFILL_TOKEN_THRESHOLD, self.num_ubatches)
 
     def stage_support(self, stage: int) -> AttentionCGSupport:
         """The minimum support over the attention groups of one pipeline stage's layers."""
@@ -260,7 +281,7 @@ class Scenario:
             if name in enums:
                 kwargs[name] = parse_enum(enums[name], value)
             elif name in ("uniform_decode_query_len", "data_parallel_size", "pipeline_parallel_size",
-                          "attention_support_stage", "max_loras", "mamba_cache_blocks"):
+                          "attention_support_stage", "max_loras", "mamba_cache_blocks", "ubatch_size"):
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise ValueError(f"scenario field {name} must be an integer")
                 kwargs[name] = value
@@ -275,7 +296,7 @@ class Scenario:
 OPTIONAL_FIELDS = ("speculator", "model_compiled", "draft_compiled", "adaptive_verification", "extensible_kv_cache",
                    "varlen_decode_bound", "attention_support_draft_only", "data_parallel_size",
                    "pipeline_parallel_size", "attention_support_stage", "max_loras", "specialize_active_lora",
-                   "mamba_cache_blocks")
+                   "mamba_cache_blocks", "ubatch_size")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 # What each runner's model covers: settings outside it must keep their defaults.

@@ -189,6 +189,8 @@ def compare(plan, result: Result) -> list[str]:
     differs("runner", s.runner.name, o["runner"])
     differs("breakable", s.breakable, o["breakable"])
     differs("ubatching", s.ubatching, o["ubatching"])
+    if s.ubatching and "num_ubatches" in o:
+        differs("micro-batches per step", s.num_ubatches, o["num_ubatches"])
     differs("cudagraph_mode after post_init", post.cudagraph_mode.name, o["cudagraph_mode"])
     differs("compilation mode after post_init", post.compilation_mode.name, o["compilation_mode"])
     differs("splitting_ops contain attention", post.splitting_ops_contain_attention, o["splitting_ops_contain_attention"])
@@ -567,6 +569,7 @@ def _observe(release: str, plat, vllm_config) -> dict:
         "runner": runner,
         "breakable": breakable,
         "ubatching": bool(vllm_config.parallel_config.use_ubatching),
+        "num_ubatches": vllm_config.parallel_config.num_ubatches,
         "cudagraph_mode": cc.cudagraph_mode.name,
         "compilation_mode": cc.mode.name,
         "splitting_ops_contain_attention": bool(cc.splitting_ops_contain_attention()),

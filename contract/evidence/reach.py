@@ -53,8 +53,6 @@ from pathlib import Path
 from contract.evidence import weights
 from contract.evidence.release_facts import adaptive_refused, support_by_capability
 from contract.core.scenario import (
-    DBO_DECODE_TOKEN_THRESHOLD,
-    DBO_PREFILL_TOKEN_THRESHOLD,
     ConfigRevision,
     DrafterKind,
     Runner,
@@ -289,10 +287,10 @@ def reach(s: Scenario, release: str) -> Reach:
     elif s.ubatching:
         model = MOE
         extra += ["--data-parallel-size", str(ranks), "--enable-expert-parallel", "--all2all-backend",
-                  "deepep_low_latency", "--enable-dbo"]
+                  "deepep_low_latency", *(("--ubatch-size", str(s.ubatch_size)) if s.ubatch_size else ("--enable-dbo",))]
         if s.runner is Runner.MRV2:  # the modelled batches' thresholds (vLLM's defaults are 32 and 512)
-            extra += ["--dbo-decode-token-threshold", str(DBO_DECODE_TOKEN_THRESHOLD),
-                      "--dbo-prefill-token-threshold", str(DBO_PREFILL_TOKEN_THRESHOLD)]
+            decode, prefill = s.dbo_thresholds
+            extra += ["--dbo-decode-token-threshold", str(decode), "--dbo-prefill-token-threshold", str(prefill)]
         notes.append("DBO needs data parallelism with expert parallelism and a DeepEP all-to-all backend: "
                      f"{ranks} GPUs and DeepEP installed")
         if with_model:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from contract.core.graphs import FORCE_EAGER_AT, script
 from contract.core.policy import Policy
-from contract.core.scenario import DrafterKind, Runner, Scenario
+from contract.core.scenario import DrafterKind, Scenario
 from contract.core.trace import SCHEMA, Trace, record_runnable
 
 SPEC_QUERY_LENS = (2, 3)
@@ -52,7 +52,7 @@ def runnable_trace(scenario: Scenario, policy: Policy, name: str = "", origin: d
 
 def cells(trace: Trace) -> set[tuple]:
     s = trace.scenario
-    scenario_class = (s.breakable, s.ubatching, s.cudagraph_mode.name, s.compilation_mode.name,
+    scenario_class = (s.breakable, s.ubatching, s.ubatch_size, s.cudagraph_mode.name, s.compilation_mode.name,
                       s.splitting_ops.name, s.drafter.name, s.spec_enforce_eager, s.extensible_kv_cache)
     if s.drafter is DrafterKind.WITH_MODEL:
         # MRV2 builds a different speculator per method, each with its own managers and steps; MRV1

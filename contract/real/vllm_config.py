@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 
 from contract.core.scenario import (
     CUDAGRAPH_CAPTURE_SIZES,
-    DBO_DECODE_TOKEN_THRESHOLD,
-    DBO_PREFILL_TOKEN_THRESHOLD,
     MAX_NUM_SEQS,
     DrafterKind,
     Runner,
@@ -242,11 +240,11 @@ class ConfigCache:
         # use_ubatching = enable_dbo or ubatch_size > 1 (config/parallel.py); DBO asserts one of
         # the deepep/nixl all2all backends in ParallelConfig.__post_init__. MRV2's micro-batching
         # scenarios set the thresholds below the modelled batches (a session replays one runner).
-        thresholds = (dict(dbo_decode_token_threshold=DBO_DECODE_TOKEN_THRESHOLD,
-                           dbo_prefill_token_threshold=DBO_PREFILL_TOKEN_THRESHOLD)
+        thresholds = (dict(zip(("dbo_decode_token_threshold", "dbo_prefill_token_threshold"), scenario.dbo_thresholds))
                       if scenario.runner is Runner.MRV2 else {})
+        split = dict(ubatch_size=scenario.ubatch_size) if scenario.ubatch_size else dict(enable_dbo=True)
         parallel = (
-            ParallelConfig(enable_dbo=True, all2all_backend="deepep_low_latency", **thresholds)
+            ParallelConfig(**split, all2all_backend="deepep_low_latency", **thresholds)
             if scenario.ubatching else ParallelConfig()
         )
         # --no-enable-extensible-kv-cache (0.34.0; 0.33.0 has no such setting). Left unset, post-init

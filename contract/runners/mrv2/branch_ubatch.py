@@ -22,13 +22,15 @@ from contract.core import child
 from contract.core.modes import FULL, PIECEWISE, CUDAGraphMode
 from contract.core.policy import BranchError
 from contract.core.tree_source import method
-from contract.core.scenario import MAX_NUM_SEQS
-from contract.runners.mrv2.model.cudagraph_utils import BED
-from contract.runners.mrv2.model.ubatch_utils import (
+from contract.core.scenario import (
+    DBO_DECODE_TOKEN_THRESHOLD,
     DBO_NUM_UBATCHES,
-    UBatching,
-    check_ubatch_thresholds,
+    DBO_PREFILL_TOKEN_THRESHOLD,
+    MAX_NUM_SEQS,
+    MAX_UBATCH_SIZE,
 )
+from contract.runners.mrv2.model.cudagraph_utils import BED
+from contract.runners.mrv2.model.ubatch_utils import UBatching, check_ubatch_thresholds
 
 TWIN = ("CudaGraphManager", "_maybe_ubatch_twin")
 # The body as released, the same in 0.33.0 and 0.34.0 (its docstring aside).
@@ -50,10 +52,12 @@ return replace(desc, num_ubatches=num_ubatches, uniform_token_count=uniform_toke
 """
 BOUND = {"CUDAGraphMode", "get_num_ubatches", "check_ubatch_thresholds", "replace"}
 QUERY_LENS = (1, 2, 3)
-# The micro-batching the model builds (ubatch_utils.ubatching): two micro-batches, the thresholds
-# 0.34.0 raises to 2q under speculative decoding.
-UBATCH_INPUTS = sorted({UBatching(DBO_NUM_UBATCHES, max(2, DBO_NUM_UBATCHES * q), max(4, DBO_NUM_UBATCHES * q))
-                        for q in QUERY_LENS}, key=dataclasses.astuple)
+# The micro-batching the model builds (ubatch_utils.ubatching): every modelled micro-batch count n,
+# the thresholds at least n, and raised to n * q under speculative decoding as 0.34.0 does.
+UBATCH_INPUTS = sorted({UBatching(n, max(DBO_DECODE_TOKEN_THRESHOLD, n, n * q),
+                                   max(DBO_PREFILL_TOKEN_THRESHOLD, n, n * q))
+                         for n in range(DBO_NUM_UBATCHES, MAX_UBATCH_SIZE + 1) for q in QUERY_LENS},
+                       key=dataclasses.astuple)
 DESC_INPUTS = [BED(m, n, r, u) for m in (FULL, PIECEWISE) for n in range(1, MAX_NUM_SEQS * max(QUERY_LENS) + 1)
                for r in (None, *range(1, MAX_NUM_SEQS + 1)) for u in (None, *QUERY_LENS)]
 

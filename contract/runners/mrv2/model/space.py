@@ -23,6 +23,7 @@ from contract.core.scenario import (
     MAX_LORAS,
     MAX_NUM_SEQS,
     MAX_PIPELINE_PARALLEL_SIZE,
+    MAX_UBATCH_SIZE,
     NUM_TOKENS_DOMAIN,
     ConfigRejected,
     DrafterKind,
@@ -60,7 +61,8 @@ def behaviour_key(scenario: Scenario, policy) -> tuple:
             scenario.attention_support, scenario.uniform_decode_query_len, scenario.adaptive_verification,
             skips_profiling(scenario, policy), scenario.varlen_decode_bound, scenario.attention_support_draft_only,
             scenario.data_parallel_size, scenario.pipeline_parallel_size, scenario.attention_support_stage,
-            scenario.max_loras, scenario.specialize_active_lora, scenario.mamba_cache_blocks, scenario.ubatching)
+            scenario.max_loras, scenario.specialize_active_lora, scenario.mamba_cache_blocks, scenario.ubatching,
+            scenario.ubatch_size)
 
 
 def all_scenarios() -> list[Scenario]:
@@ -126,9 +128,12 @@ def all_scenarios() -> list[Scenario]:
                                                 ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2))):
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=drafter, uniform_decode_query_len=q,
                             mamba_cache_blocks=FEW_MAMBA_BLOCKS))
-    # Micro-batching (--enable-dbo) on two DP ranks: every mode vLLM accepts with it, without a drafter.
-    for mode, dp in itertools.product((FULL_AND_PIECEWISE, FULL, FULL_DECODE_ONLY, NONE), DP_SIZES):
-        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, data_parallel_size=dp, ubatching=True))
+    # Micro-batching on two DP ranks, two micro-batches (--enable-dbo) and three (--ubatch-size 3): every
+    # mode vLLM accepts with it, without a drafter.
+    for size, mode, dp in itertools.product((0, MAX_UBATCH_SIZE), (FULL_AND_PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
+                                            DP_SIZES):
+        out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, data_parallel_size=dp, ubatching=True,
+                            ubatch_size=size))
     return out
 
 
@@ -186,6 +191,7 @@ _UBATCHING = hst.sampled_from((False, True, True, True))  # three of four multi-
 # (on more, some rank's batch is more often below the threshold and nothing splits)
 _DBO_MODE = hst.sampled_from((FULL, FULL, FULL, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, NONE))
 _DBO_RANKS = hst.sampled_from((2, 2, 2, 3, 4))
+_UBATCH_SIZE = hst.sampled_from((0, 0, 0, MAX_UBATCH_SIZE))  # --enable-dbo's two micro-batches most
 _WEAK_STAGE = {pp: hst.sampled_from((None, *range(pp))) for pp in range(2, MAX_PIPELINE_PARALLEL_SIZE + 1)}
 # Under adaptive verification only the pairs that apply are drawn, a weaker draft-only backend most
 # often: a field-by-field draw would rarely reach them. Without it, the draft-only backend is drawn
@@ -237,7 +243,8 @@ def _draw_scenario(draw) -> Scenario:
     mamba = draw(_MAMBA_CACHE_BLOCKS) if dp == 1 and pp == 1 else None
     ubatching = dp > 1 and not has_spec and draw(_UBATCHING)
     if ubatching:
-        fields.update(cudagraph_mode=draw(_DBO_MODE), data_parallel_size=draw(_DBO_RANKS))
+        fields.update(cudagraph_mode=draw(_DBO_MODE), data_parallel_size=draw(_DBO_RANKS),
+                      ubatch_size=draw(_UBATCH_SIZE))
     return Scenario(**fields, max_loras=loras, specialize_active_lora=specialize, mamba_cache_blocks=mamba,
                     ubatching=ubatching)
 

@@ -2,7 +2,8 @@
 ``maybe_build_ubatch_runner`` (``v1/worker/gpu/ubatch_utils.py``) and the manager's
 ``_maybe_ubatch_twin`` (``v1/worker/gpu/cudagraph_utils.py``), 0.33.0 and 0.34.0.
 
-``--enable-dbo`` splits a step into two micro-batches (``num_ubatches``, ``34:config/parallel.py:720-725``).
+``--enable-dbo`` splits a step into two micro-batches, ``--ubatch-size N`` into N (``num_ubatches``,
+``34:config/parallel.py:719-725``).
 The micro-batch runner exists only with more than one DP rank, whose agreement decides the split
 (``34:v1/worker/gpu/ubatch_utils.py:583-603``). Each FULL descriptor whose requests split evenly
 gets a twin captured for ``num_ubatches`` micro-batches, keyed by the query length of its requests
@@ -15,9 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from contract.core.modes import FULL
-from contract.core.scenario import DBO_DECODE_TOKEN_THRESHOLD, DBO_PREFILL_TOKEN_THRESHOLD, Scenario
-
-DBO_NUM_UBATCHES = 2  # ParallelConfig.num_ubatches under --enable-dbo (34:config/parallel.py:724-725)
+from contract.core.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -36,8 +35,10 @@ def ubatching(scenario: Scenario, release: str) -> UBatching | None:
     with a drafter (``33:config/vllm.py:3241-3242``), which the modelled space leaves out."""
     if not scenario.ubatching or scenario.data_parallel_size <= 1:
         return None
-    low = DBO_NUM_UBATCHES * scenario.uniform_decode_query_len if release != "0.33" else 0
-    return UBatching(DBO_NUM_UBATCHES, max(DBO_DECODE_TOKEN_THRESHOLD, low), max(DBO_PREFILL_TOKEN_THRESHOLD, low))
+    n = scenario.num_ubatches
+    low = n * scenario.uniform_decode_query_len if release != "0.33" else 0
+    decode, prefill = scenario.dbo_thresholds
+    return UBatching(n, max(decode, low), max(prefill, low))
 
 
 def check_ubatch_thresholds(u: UBatching, num_tokens: int, uniform_decode: bool) -> bool:

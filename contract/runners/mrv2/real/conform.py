@@ -55,7 +55,8 @@ def scenarios(policy: Policy) -> Iterator:
     of a replayed speculator (``space.all_scenarios``: the rarer settings at vLLM's defaults), and
     so on several data-parallel ranks (each trace one process per rank, ``dp_utils.replay_ranks``),
     pipeline stages (one process per stage, ``ranks.replay_stages``), with LoRA (each KV-cache setting
-    again) and, last, a hybrid model with fewer Mamba cache blocks than ``max_num_seqs``."""
+    again), a hybrid model with fewer Mamba cache blocks than ``max_num_seqs`` and, last, three
+    micro-batches (``ubatch_size``) on several ranks."""
     kv_cache = (True, False) if getattr(policy, "extensible_kv_cache_skips_profiling", False) else (True,)
     for extensible in kv_cache:
         for s in all_scenarios(Runner.MRV2):
@@ -83,9 +84,7 @@ def scenarios(policy: Policy) -> Iterator:
                 yield replace(s, extensible_kv_cache=extensible)
     # the ranks' agreement reads no KV-cache setting: once, at its default; vLLM's defaults on 3 and 4 ranks
     on_ranks = [s for s in space.all_scenarios() if s.data_parallel_size > 1]
-    yield from on_ranks
-    yield from (replace(s, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1) for s in on_ranks
-                if s.cudagraph_mode is FULL_AND_PIECEWISE)
+    yield from _on_more_ranks([s for s in on_ranks if not s.ubatch_size])
     # PP stages: one scenario per behaviour class on two stages; vLLM's defaults on 3 and 4 stages,
     # the weakest backend on stage 1 (a middle stage from 3 on)
     yield from (s for s in space.canonical_scenarios(policy) if s.pipeline_parallel_size > 1)
@@ -96,6 +95,14 @@ def scenarios(policy: Policy) -> Iterator:
     yield from (replace(s, extensible_kv_cache=extensible) for extensible in kv_cache for s in space.all_scenarios()
                 if s.max_loras)
     yield from (s for s in space.all_scenarios() if s.mamba_cache_blocks is not None)
+    yield from _on_more_ranks([s for s in on_ranks if s.ubatch_size])
+
+
+def _on_more_ranks(on_ranks: list[Scenario]) -> Iterator[Scenario]:
+    """The scenarios, then vLLM's default mode of each on 3 and 4 ranks."""
+    yield from on_ranks
+    yield from (replace(s, data_parallel_size=n) for n in range(3, MAX_DATA_PARALLEL_SIZE + 1) for s in on_ranks
+                if s.cudagraph_mode is FULL_AND_PIECEWISE)
 
 
 def generated(policy: Policy) -> Iterator[Trace]:
