@@ -20,7 +20,7 @@ from contract.core.scenario import DrafterKind, Runner, Scenario
 from contract.core.trace import TraceError, loads, record_runnable, run_events
 from contract.families import BY_NAME, load_policy, mutant_policy
 from contract.runners.mrv2.model import cudagraph_utils as cgu
-from contract.runners.mrv2.model.ubatch_utils import UBatching, ubatching
+from contract.runners.mrv2.model.ubatch_utils import UBatching, ubatch_twin, ubatching
 
 MUTANT = BY_NAME["mrv2_ubatch_twin_any_batch"]
 TWIN_FILE = "v1/worker/gpu/cudagraph_utils.py"
@@ -96,6 +96,19 @@ def test_three_micro_batches_twin_the_descriptors_of_at_least_three_tokens():
     for size in (2, 4):
         with pytest.raises(ValueError, match="micro-batch count"):
             _dbo(FULL, ubatch_size=size)
+
+
+def test_a_twin_of_dbos_two_micro_batches_under_ubatch_size_3_loses_the_decode_graph():
+    """A twin rule that keeps --enable-dbo's count whatever --ubatch-size (a hand-edited 0.34.0 tree:
+    ``verify --vllm-src`` and ``conform --vllm-src --base 0.34.0`` show it as lost graphs): the
+    agreement asks for three micro-batches, no twin of three exists, and the step runs eagerly."""
+    released = load_policy("mrv2_0_34")
+    two = replace(released, ubatch_twin=lambda u, desc, **kw: ubatch_twin(u and replace(u, num_ubatches=2), desc, **kw))
+    step = ExecuteModel(3, True, peers=(Peer(4, True),))
+    [(mode, desc)], _ = _served(_dbo(FULL, ubatch_size=3), released, step)
+    assert (mode, desc.num_ubatches) == (FULL, 3)
+    [(mode, desc)], _ = _served(_dbo(FULL, ubatch_size=3), two, step)
+    assert (mode, desc.num_ubatches) == (NONE, 3)
 
 
 def test_a_trace_forcing_eager_on_a_micro_batching_scenario_is_refused():
