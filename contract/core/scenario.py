@@ -154,8 +154,8 @@ class Scenario:
     # profiling (``34:config/compilation.py:1659-1681``, ``33:…:1510-1532``): a FULL capture runs the
     # Mamba decode kernel for each of its requests, which asserts ``num_cache_lines >= batch``.
     mamba_cache_blocks: int | None = None
-    # --ubatch-size N (MRV2, with ubatching): N micro-batches a step splits into, without --enable-dbo,
-    # whose count is 2 (``num_ubatches``, ``34:config/parallel.py:719-725``); 0: --enable-dbo.
+    # --ubatch-size N (MRV2, with ubatching): a step splits into N micro-batches rather than
+    # --enable-dbo's 2 (``num_ubatches``, ``34:config/parallel.py:719-725``); 0: --enable-dbo.
     ubatch_size: int = 0
 
     def __post_init__(self) -> None:
