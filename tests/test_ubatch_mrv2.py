@@ -20,7 +20,8 @@ from contract.core.scenario import DrafterKind, Runner, Scenario
 from contract.core.trace import TraceError, loads, record_runnable, run_events
 from contract.families import BY_NAME, load_policy, mutant_policy
 from contract.runners.mrv2.model import cudagraph_utils as cgu
-from contract.runners.mrv2.model.ubatch_utils import UBatching, ubatch_twin, ubatching
+from contract.core.ubatch_utils import UBatching
+from contract.runners.mrv2.model.ubatch_utils import ubatch_twin, ubatching
 
 MUTANT = BY_NAME["mrv2_ubatch_twin_any_batch"]
 TWIN_FILE = "v1/worker/gpu/cudagraph_utils.py"

@@ -10,14 +10,17 @@ FAILS: dict[str, frozenset[str]] = {
     # FULL dispatches captured by the match-any breakable wrapper (P3); drafter PIECEWISE under a
     # FULL target captured at runtime with the capture guard off: P4, and vLLM stops when serving
     # (P0); PIECEWISE with no capturer under micro-batching or after a late upgrade (P1).
-    "vllm_0_29": frozenset({"P0", "P1", "P3", "P4"}),
+    # Every MRV1 revision micro-batching on several DP ranks under cudagraph_mode FULL: UBatchWrapper
+    # captures a mixed step's micro-batches when serving, with no capture flag to stop it (P4), and
+    # replays that graph for the next mixed step of its count, split at other requests (P7).
+    "vllm_0_29": frozenset({"P0", "P1", "P3", "P4", "P7"}),
     # the drafter under a FULL target, and PIECEWISE after a late FULL -> FULL_AND_PIECEWISE
-    # upgrade, reach no capturer (P1).
-    "pr56312_draft": frozenset({"P1"}),
+    # upgrade, reach no capturer (P1); micro-batching under FULL as every MRV1 revision (P4, P7).
+    "pr56312_draft": frozenset({"P1", "P4", "P7"}),
     # spec §12.1's three leads: breakable + micro-batching and compiled-under-FULL-then-upgraded give
     # PIECEWISE no capturer (P1); breakable + FULL target + drafter captures outside the window (P4),
     # where the capture guard stops vLLM when serving (P0).
-    "vllm_0_30": frozenset({"P0", "P1", "P4"}),
+    "vllm_0_30": frozenset({"P0", "P1", "P4", "P7"}),
     # MRV2, both releases: compiled under FULL, resolved (or rewritten by adaptive verification) to
     # FULL_AND_PIECEWISE: target PIECEWISE has no capturer (lead L1); a draft model without an active
     # @support_torch_compile submodule under a compiled target: draft PIECEWISE has no capturer (L2).
@@ -38,7 +41,8 @@ FAILS: dict[str, frozenset[str]] = {
 # Why a counterexample cannot be confirmed on real code. Counterexamples against released vLLM
 # are confirmed by `cudagraph-contract conform`, whose reports/conformance/*.json the reports read.
 STATUS: dict[tuple[str, str], str] = {
-    ("pr56312_draft", "P1"): "reading: the draft revision was never released, there is no real code to replay",
+    **{("pr56312_draft", p): "reading: the draft revision was never released, there is no real code to replay"
+       for p in ("P1", "P4", "P7")},
     ("mrv2_0_33", "P1"): "reading: the MRV2 real-code replay is not part of this build yet",
     ("mrv2_0_34", "P1"): "reading: the MRV2 real-code replay is not part of this build yet",
 }

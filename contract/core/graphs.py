@@ -50,7 +50,7 @@ def script(scenario: Scenario) -> list:
     events: list = [LoadModel(), ProfileRun(), ProfileCudagraphMemory(), Resolve(), CaptureModel()]
     for n in NUM_TOKENS_DOMAIN:
         for uniform in (False, True) if n % q == 0 else (False,):
-            for peers in peer_sets(scenario.data_parallel_size, n, uniform, scenario.micro_batched):
+            for peers in peer_sets(scenario.data_parallel_size, n, uniform, scenario.ubatching):
                 events.append(ExecuteModel(n, uniform, peers=peers))
             # with LoRA, again for each count of active adapters the batch's requests can ask for
             requests = batch_requests(ExecuteModel(n, uniform), q, MAX_NUM_SEQS)

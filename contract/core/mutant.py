@@ -76,7 +76,8 @@ def hybrid(scenario) -> bool:
 
 
 def micro_batched(scenario) -> bool:
-    return scenario.micro_batched
+    """Micro-batching on several DP ranks: the ranks' agreement is what splits a step."""
+    return scenario.ubatching and scenario.data_parallel_size > 1
 
 
 def full_graphs(scenario) -> bool:

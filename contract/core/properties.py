@@ -85,6 +85,8 @@ def _intended(scenario: Scenario, runner: Runner, d: Dispatch) -> tuple[str, Cal
         # MRV1 installs CUDAGraphWrapper(FULL); MRV2 has no such wrapper and its manager owns FULL graphs.
         if any(a.kind is LayerKind.CudaGraphManager for a in d.layers):
             return "the CudaGraphManager", lambda a: a.kind is LayerKind.CudaGraphManager
+        if getattr(d.batch_descriptor, "num_ubatches", 1) > 1:  # MRV1: the wrapper runs the micro-batches
+            return "the UBatchWrapper", lambda a: a.kind is LayerKind.UBatchWrapper
         return "CUDAGraphWrapper(FULL)", lambda a: a.kind is LayerKind.CUDAGraphWrapper and a.runtime_mode == FULL
     if scenario.breakable:
         return "a BreakableCUDAGraphWrapper", lambda a: a.kind is LayerKind.BreakableCUDAGraphWrapper
@@ -107,6 +109,9 @@ def capture_legality(scenario: Scenario, runner: Runner, d: Dispatch) -> str | N
     for a in d.acting:
         if a.action is Action.RAISED and a.error and "inappropriate time" in a.error:
             return f"{_where(d)}: {a.layer} tried to capture outside capture_model: {a.error}"
+        if a.action is Action.CAPTURED and a.kind is LayerKind.UBatchWrapper:
+            return (f"{_where(d)}: {a.layer} captured at runtime, outside capture_model: its micro-batched capture "
+                    "reads no capture flag")
         if a.action is Action.CAPTURED and d.capturing_enabled is None:
             return (f"{_where(d)}: {a.layer} captured at runtime, outside capture_model and memory profiling: "
                     "a silent runtime capture (this runner has no capture guard)")
@@ -311,21 +316,24 @@ def ubatch_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> l
     """A FULL graph captured for several micro-batches replays the capture's split: each micro-batch
     holds the requests of a uniform batch of the graph's query length. vLLM keys the twin by that
     length (``_maybe_ubatch_twin``, ``34:v1/worker/gpu/cudagraph_utils.py:262-287``), so a mixed batch,
-    or one of another length, takes no such graph; MRV1 replayed one for mixed batches and hung
-    (vLLM #25625)."""
+    or one of another length, takes no such graph. MRV1's ``UBatchWrapper`` keys its graphs by token
+    count alone, and ``capture_model`` captures them for uniform decodes
+    (``33:v1/worker/gpu_model_runner.py:6600-6613``): a replay is judged as one of a uniform decode's
+    graph, legal for a uniform decode alone (a graph captured when serving for one mixed batch
+    replays for the next of its count); MRV1 replayed one for mixed batches and hung (vLLM #25625)."""
     if not isinstance(record.event, ExecuteModel) or not record.ranks or not record.ranks[0].batch:
         return []
     utc = record.ranks[0].batch[2]
     out = []
     for i, d in enumerate(record.dispatches):
         desc = d.batch_descriptor
+        graph = getattr(desc, "uniform_token_count", scenario.uniform_decode_query_len)
         if (d.role == "target" and d.context == "execute_model" and d.runtime_mode == FULL
-                and getattr(desc, "num_ubatches", 1) > 1 and (desc.uniform_token_count is None
-                                                              or desc.uniform_token_count != utc)
+                and getattr(desc, "num_ubatches", 1) > 1 and (graph is None or graph != utc)
                 and any(a.action is Action.REPLAYED for a in d.acting)):
             held = "a mixed batch" if utc is None else f"a uniform batch of {utc} tokens per request"
             out.append(Violation("P7", record.index, f"{_where(d)}: a {UBATCH_MIXED} ({held}, graph "
-                                 f"{'of any' if desc.uniform_token_count is None else desc.uniform_token_count}): "
+                                 f"{'of any' if graph is None else graph}): "
                                  "its micro-batches split at the capture's request boundaries", i))
     return out
 

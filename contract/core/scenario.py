@@ -90,10 +90,11 @@ class Scenario:
 
     runner: Runner = Runner.MRV1
     breakable: bool = False  # VLLM_USE_BREAKABLE_CUDAGRAPH=1
-    # parallel_config.use_ubatching (--enable-dbo / --ubatch-size > 1). MRV2: on several DP ranks
-    # (micro-batch count: ``ubatch_size``), without a drafter (0.33.0 refuses DBO with one), LoRA,
+    # parallel_config.use_ubatching (--enable-dbo / --ubatch-size > 1), micro-batch count
+    # ``ubatch_size``. MRV2: on several DP ranks, without a drafter (0.33.0 refuses DBO with one), LoRA,
     # pipeline stages, a hybrid model or cudagraph_mode PIECEWISE, which vLLM refuses at start-up
-    # (34:config/vllm.py:3378-3410).
+    # (34:config/vllm.py:3378-3410). MRV1: on one rank (which never splits) or several, without a
+    # drafter on several.
     ubatching: bool = False
     cudagraph_mode: CUDAGraphMode = FULL_AND_PIECEWISE
     compilation_mode: CompilationMode = CompilationMode.VLLM_COMPILE
@@ -154,7 +155,7 @@ class Scenario:
     # profiling (``34:config/compilation.py:1659-1681``, ``33:…:1510-1532``): a FULL capture runs the
     # Mamba decode kernel for each of its requests, which asserts ``num_cache_lines >= batch``.
     mamba_cache_blocks: int | None = None
-    # --ubatch-size N (MRV2, with ubatching): a step splits into N micro-batches rather than
+    # --ubatch-size N (with ubatching): a step splits into N micro-batches rather than
     # --enable-dbo's 2 (``num_ubatches``, ``34:config/parallel.py:719-725``); 0: --enable-dbo.
     ubatch_size: int = 0
 
@@ -188,9 +189,9 @@ class Scenario:
                     "attention_support below ALWAYS)")
         if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL_SIZE:
             return f"the modelled data_parallel_size is 1 to {MAX_DATA_PARALLEL_SIZE}"
-        if self.data_parallel_size > 1 and self.runner is Runner.MRV1 and (has_spec or self.ubatching):
-            # an idle MRV1 rank's dummy run drafts, and micro-batches split by the ranks' agreement
-            return "several DP ranks on Model Runner V1 are modelled without a drafter or micro-batching"
+        if self.data_parallel_size > 1 and self.runner is Runner.MRV1 and has_spec:
+            # an idle MRV1 rank's dummy run drafts
+            return "several DP ranks on Model Runner V1 are modelled without a drafter"
         if not 1 <= self.pipeline_parallel_size <= MAX_PIPELINE_PARALLEL_SIZE:
             return f"the modelled pipeline_parallel_size is 1 to {MAX_PIPELINE_PARALLEL_SIZE}"
         if self.pipeline_parallel_size > 1 and (has_spec or self.data_parallel_size > 1):
@@ -304,7 +305,8 @@ RUNNER_SCOPE = {
     # MRV1 compiles every decorated model alike, and its two proposer classes share the base proposer's graphs.
     Runner.MRV1: {"max_uniform_decode_query_len": 3,
                   "unmodelled": tuple(f for f in OPTIONAL_FIELDS
-                                      if f not in ("data_parallel_size", "attention_support_draft_only", "speculator"))},
+                                      if f not in ("data_parallel_size", "attention_support_draft_only", "speculator",
+                                                   "ubatch_size"))},
     Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ()},
 }
 

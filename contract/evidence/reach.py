@@ -8,8 +8,8 @@ Each scenario setting maps to something a user sets (``contract/core/scenario.py
 - ``breakable``: ``VLLM_USE_BREAKABLE_CUDAGRAPH``, set to 0 explicitly when off: unset,
   ``_maybe_enable_breakable_cudagraph`` turns it on for some architectures (``config/vllm.py``).
 - ``ubatching``: ``--enable-dbo``, which needs data parallelism with expert parallelism and a
-  DeepEP all-to-all backend (``config/parallel.py``), so a mixture-of-experts checkpoint; on MRV2
-  with the modelled thresholds (``--dbo-decode-token-threshold``, ``--dbo-prefill-token-threshold``).
+  DeepEP all-to-all backend (``config/parallel.py``), so a mixture-of-experts checkpoint; on several
+  ranks with the modelled thresholds (``--dbo-decode-token-threshold``, ``--dbo-prefill-token-threshold``).
 - ``data_parallel_size``: ``--data-parallel-size``, one GPU per rank.
 - ``cudagraph_mode``, ``compilation_mode``, ``splitting_ops``: ``--compilation-config``.
 - ``attention_support``: the minimum ``AttentionCGSupport`` over the model's attention metadata
@@ -288,7 +288,9 @@ def reach(s: Scenario, release: str) -> Reach:
         model = MOE
         extra += ["--data-parallel-size", str(ranks), "--enable-expert-parallel", "--all2all-backend",
                   "deepep_low_latency", *(("--ubatch-size", str(s.ubatch_size)) if s.ubatch_size else ("--enable-dbo",))]
-        if s.runner is Runner.MRV2:  # the modelled batches' thresholds (vLLM's defaults are 32 and 512)
+        # the modelled batches' thresholds where the ranks split them (vLLM's defaults, 32 and 512,
+        # keep an MRV1 scenario of one rank, run on two, from splitting, as one rank never does)
+        if s.runner is Runner.MRV2 or s.data_parallel_size > 1:
             decode, prefill = s.dbo_thresholds
             extra += ["--dbo-decode-token-threshold", str(decode), "--dbo-prefill-token-threshold", str(prefill)]
         notes.append("DBO needs data parallelism with expert parallelism and a DeepEP all-to-all backend: "

@@ -33,9 +33,10 @@ class Finding:
 
 
 # Micro-batching needs should_ubatch, which only DP coordination across ranks sets
-# (coordinate_batch_across_dp, gpu_model_runner.py:4022-4033); the replay runs one rank.
+# (coordinate_batch_across_dp returns at once on one rank, 33:v1/worker/dp_utils.py:222-224), and
+# vLLM's DBO needs several ranks: a one-rank trace runs UBatchWrapper's non-micro-batched path alone.
 PARTLY_UBATCHING = ("partly replayed: the micro-batched UBatchWrapper path (DP > 1, should_ubatch) "
-                    "did not run; its non-micro-batched path did")
+                    "did not run on one rank; its non-micro-batched path did")
 
 
 @dataclass

@@ -15,6 +15,11 @@ is visible rather than silently absorbed. Why each patch is needed on CPU torch:
 - ``torch.accelerator.empty_cache`` raises "Cannot access accelerator"; ``current_device_index``
   likewise (``UBatchWrapper.__init__``);
 - ``current_stream`` (as imported into ``compilation/cuda_graph.py``) raises without a device;
+- a micro-batch thread (``UBatchWrapper._capture_ubatches``/``_run_ubatches``) sets its device
+  (``torch.accelerator.set_device_index``), touches the BLAS handle and, entering its
+  ``UBatchContext``, sets its stream through vLLM's ``set_stream`` patch, whose underlying
+  ``torch.cuda.set_stream`` (``utils/torch_utils.py``'s ``prev_set_stream``) raises; vLLM's own
+  tracking of the current stream stays;
 - ``weak_ref_tensor(s)`` call ``torch.ops._C.weak_ref_tensor``, absent without ``vllm._C``
   (imported into ``compilation/cuda_graph.py`` and ``compilation/breakable_cudagraph.py``);
   a CPU tensor is its own weak reference here;
@@ -160,6 +165,7 @@ def install() -> None:
 
     import vllm.compilation.breakable_cudagraph as bcg
     import vllm.compilation.cuda_graph as cg
+    import vllm.utils.torch_utils as torch_utils
 
     # The stand-in models' matmuls are a few rows by 8 columns: a second intra-op thread costs
     # them 50x (0.5 ms instead of 8 us per call on a 2-core machine) and decides nothing.
@@ -173,6 +179,9 @@ def install() -> None:
     torch.accelerator.get_memory_info = lambda device=None: (0, 0)
     torch.accelerator.empty_cache = lambda: None
     torch.accelerator.current_device_index = lambda: 0
+    torch.accelerator.set_device_index = lambda device: None
+    torch.cuda.current_blas_handle = lambda: None
+    torch_utils.prev_set_stream = lambda stream: None
     cg.current_stream = lambda: None
     cg.weak_ref_tensors = _identity
     bcg.weak_ref_tensors = _identity

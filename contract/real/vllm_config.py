@@ -22,7 +22,6 @@ from contract.core.scenario import (
     CUDAGRAPH_CAPTURE_SIZES,
     MAX_NUM_SEQS,
     DrafterKind,
-    Runner,
     Scenario,
     Speculator,
     SplittingOps,
@@ -156,7 +155,7 @@ def set_breakable(on: bool) -> None:
 
 def config_key(scenario: Scenario) -> tuple:
     """The scenario fields ``VllmConfig.__post_init__`` reads."""
-    return (scenario.breakable, scenario.ubatching, scenario.cudagraph_mode.name,
+    return (scenario.breakable, scenario.ubatching, scenario.ubatch_size, scenario.cudagraph_mode.name,
             scenario.compilation_mode.name, scenario.splitting_ops.name, scenario.extensible_kv_cache,
             scenario.max_loras, scenario.specialize_active_lora)
 
@@ -238,10 +237,9 @@ class ConfigCache:
         elif scenario.splitting_ops is SplittingOps.EMPTY:
             kwargs["splitting_ops"] = []
         # use_ubatching = enable_dbo or ubatch_size > 1 (config/parallel.py); DBO asserts one of
-        # the deepep/nixl all2all backends in ParallelConfig.__post_init__. MRV2's micro-batching
-        # scenarios set the thresholds below the modelled batches (a session replays one runner).
-        thresholds = (dict(zip(("dbo_decode_token_threshold", "dbo_prefill_token_threshold"), scenario.dbo_thresholds))
-                      if scenario.runner is Runner.MRV2 else {})
+        # the deepep/nixl all2all backends in ParallelConfig.__post_init__. Micro-batching scenarios
+        # set the thresholds below the modelled batches.
+        thresholds = dict(zip(("dbo_decode_token_threshold", "dbo_prefill_token_threshold"), scenario.dbo_thresholds))
         split = dict(ubatch_size=scenario.ubatch_size) if scenario.ubatch_size else dict(enable_dbo=True)
         parallel = (
             ParallelConfig(**split, all2all_backend="deepep_low_latency", **thresholds)

@@ -30,7 +30,7 @@ from contract.core.scenario import (
     MAX_UBATCH_SIZE,
 )
 from contract.runners.mrv2.model.cudagraph_utils import BED
-from contract.runners.mrv2.model.ubatch_utils import UBatching, check_ubatch_thresholds
+from contract.core.ubatch_utils import UBatching, check_ubatch_thresholds
 
 TWIN = ("CudaGraphManager", "_maybe_ubatch_twin")
 # The body as released, the same in 0.33.0 and 0.34.0 (its docstring aside).

@@ -16,6 +16,7 @@ from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, P
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.core.observation import (
     GLOBAL_POOL,
+    PRIVATE_POOL,
     PROFILING_CONTEXT,
     THROWAWAY_POOL,
     Action,
@@ -29,6 +30,7 @@ from contract.core.properties import profiled_pairs, resolved_support
 from contract.core.policy import Policy
 from contract.core.resolve import ResolveRejected
 from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
+from contract.core.ubatch_utils import UBatching
 from contract.runners.mrv1.model import dp_utils
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
@@ -52,6 +54,7 @@ class Entry:
     layer: str
     key: object
     runtime_mode: CUDAGraphMode
+    captured_for: BatchDescriptor | None = None  # where the key is not the descriptor (UBatchWrapper's)
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,16 @@ class _Walk:
             self._raw(node)
             return
         layer = f"{self.role}[{index}]:{node.label}"
+        if isinstance(node, UBatchWrapper) and self.desc.num_ubatches > 1:
+            self._ubatches(node, layer, index)
+            return
         if isinstance(node, UBatchWrapper):
             self.actions.append(LayerAction(layer, LayerKind.UBatchWrapper, node.runtime_mode, Action.PASSED))
-            if self.mode == FULL:  # gpu_ubatch_wrapper.py:378-380
+            if self.mode == FULL and self._entry(layer, self.desc.num_tokens) is not None:
+                # A micro-batched graph holds this token count, so FULL runs the runnable eagerly
+                # rather than capture a second graph of it (gpu_ubatch_wrapper.py:366-375).
+                self.call(node.runnable, index + 1)
+            elif self.mode == FULL:  # gpu_ubatch_wrapper.py:378-380
                 if node.runtime_mode == NONE:
                     self.error = "AssertionError: UBatchWrapper has no cudagraph_wrapper for a FULL dispatch"
                     return
@@ -170,6 +180,34 @@ class _Walk:
             self.call(node.runnable, index + 1)
             return
         self._act(layer, kind, node.runtime_mode, node.runnable, index + 1, isinstance(node, BreakableCUDAGraphWrapper))
+
+    def _ubatches(self, node: UBatchWrapper, layer: str, index: int) -> None:
+        """``UBatchWrapper.__call__`` on a micro-batched forward (``33:v1/worker/gpu_ubatch_wrapper.py:382-456``):
+        each micro-batch runs the runnable in a thread of its own under a NONE forward context, so
+        no inner wrapper acts. Under FULL the first forward of a token count captures them all into
+        one graph (``_capture_ubatches``, which reads no capture flag) in the sibling's pool, or torch's
+        own where there is no sibling; later ones replay it."""
+        entry = self._entry(layer, self.desc.num_tokens)
+        kind, full = LayerKind.UBatchWrapper, self.mode == FULL
+        if entry is not None and (full or not self.policy.ubatch_replays_full_only):
+            self.actions.append(LayerAction(layer, kind, node.runtime_mode, Action.REPLAYED,
+                                            entry_mode=entry.runtime_mode, entry_key=entry.captured_for))
+            return
+        mode, self.mode = self.mode, NONE
+        if full:
+            pool = self.pool if node.runtime_mode != NONE else PRIVATE_POOL
+            self.actions.append(LayerAction(layer, kind, node.runtime_mode, Action.CAPTURED, depth=self.depth, pool=pool))
+            self.depth += 1
+            self.call(node.runnable, index + 1)
+            self.depth -= 1
+        else:  # _run_ubatches
+            self.actions.append(LayerAction(layer, kind, node.runtime_mode, Action.PASSED))
+            self.call(node.runnable, index + 1)
+        self.mode = mode
+        if full and not self.error:
+            self.completed = True
+            self.new_entries.append(Entry(layer, self.policy.ubatch_key(self.desc.num_tokens, self.desc.num_ubatches),
+                                          mode, captured_for=self.desc))
 
     def _raw(self, node: RawModel) -> None:
         # The model's attention op breaks an open breakable capture only when the release marks it;
@@ -271,7 +309,7 @@ class _Step:
                           rank_batch(p.num_tokens, p.uniform_decode, p.force_eager, q) for p in event.peers))
         runs = dp_utils.determine_batch_execution_and_padding(
             lambda n, uniform, valid: self.dispatch("target", n, uniform, valid_modes=valid), batches,
-            syncs_mode=self.policy.dp_syncs_mode)
+            ubatching=self.ubatching(), syncs_mode=self.policy.dp_syncs_mode)
         if runs[0].raised is None:
             self.forward("target", "execute_model", runs[0].mode, runs[0].desc)
         stopped = next((i for i, r in enumerate(runs) if r.raised), None)
@@ -283,6 +321,19 @@ class _Step:
         return tuple(RankServed.stopped(r.raised) if r.raised else
                      RankServed(r.mode, r.desc.num_tokens, (b.num_reqs, b.num_tokens, q if b.uniform_decode else None),
                                 b.force_eager, i) for b, r, i in zip(batches, runs, idle))
+
+    def ubatching(self) -> UBatching | None:
+        """``parallel_config``'s micro-batching (``use_ubatching``), None where off."""
+        s = self.scenario
+        return UBatching(s.num_ubatches, *s.dbo_thresholds) if s.ubatching else None
+
+    def num_ubatches(self, num_tokens: int, uniform: bool, allow_microbatching: bool = True) -> int:
+        """The split of a ``_dummy_run`` every rank makes alike (profiling, capture): the ranks
+        agree micro-batches where the batch reaches the threshold (``coordinate_batch_across_dp``,
+        which one rank skips)."""
+        u, size = self.ubatching(), self.scenario.data_parallel_size
+        batches = (dp_utils.RankBatch(0, num_tokens, uniform, allow_microbatching=allow_microbatching),) * size
+        return u.num_ubatches if size > 1 and dp_utils.should_ubatch(u, batches, [num_tokens]) else 1
 
     def dispatch(self, role: str, num_tokens: int, uniform: bool = False, valid_modes=None):
         d = self.state.drafter_dispatcher if role == "drafter" else self.state.target_dispatcher
@@ -354,7 +405,11 @@ class _Step:
                 if got_mode != mode:
                     self.set(halted=f"AssertionError: Cudagraph runtime mode mismatch in dummy_run: {got_mode.name}")
                     return
-                self.forward("target", context, got_mode, got_desc)
+                # capture_model lets FULL uniform decodes over the threshold micro-batch
+                # (33:v1/worker/gpu_model_runner.py:6600-6613); memory profiling none (:6335)
+                allow = context == "capture_model" and mode == FULL and desc.uniform
+                ubatches = self.num_ubatches(desc.num_tokens, desc.uniform, allow)
+                self.forward("target", context, got_mode, replace(got_desc, num_ubatches=ubatches))
                 if self.state.halted or s.drafter is not DrafterKind.WITH_MODEL:
                     continue
                 use_cudagraphs = mode == PIECEWISE and not s.spec_enforce_eager
@@ -414,7 +469,8 @@ def _apply(st: _Step, scenario: Scenario, policy: Policy, state: RunnerState, ev
             st.compile()
         else:
             st.set(compiled_target=False, compiled_drafter=False)
-        st.forward("target", "profile_run", NONE, BatchDescriptor(PROFILE_NUM_TOKENS))
+        st.forward("target", "profile_run", NONE,
+                   BatchDescriptor(PROFILE_NUM_TOKENS, num_ubatches=st.num_ubatches(PROFILE_NUM_TOKENS, False)))
         if state.stacks.drafter is not None:
             st.forward("drafter", "profile_run", NONE, BatchDescriptor(PROFILE_NUM_TOKENS))
     elif isinstance(event, ProfileCudagraphMemory):

@@ -8,7 +8,7 @@ from dataclasses import replace
 from contract.core import resolve
 from contract.core.forward_context import BatchDescriptor
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
-from contract.core.mutant import Mutant, breakable, draft_only_backend, on_ranks, replacing, speculative
+from contract.core.mutant import Mutant, breakable, draft_only_backend, micro_batched, on_ranks, replacing, speculative
 from contract.runners.mrv1.model import cudagraph_dispatcher as dispatcher
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
@@ -59,6 +59,12 @@ def _key_by_num_tokens(kind, mode, desc):
 
 def _never_stored(kind, mode, desc):
     return None  # no entry is kept: every call captures afresh
+
+
+def _ubatch_key_first_two(num_tokens: int, num_ubatches: int) -> int:
+    """The pre-#43161 key: the first two micro-batches' tokens (``maybe_create_ubatch_slices`` splits
+    the padded count at multiples of ``num_tokens // num_ubatches``)."""
+    return num_tokens if num_ubatches == 2 else 2 * (num_tokens // num_ubatches)
 
 
 def _mislabel_piecewise_as_full(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
@@ -231,6 +237,20 @@ MUTANTS: tuple[Mutant, ...] = (
            "instead of raising (the release's P0 at serving goes away)",
            kills=frozenset(['P0', 'P4', 'halt']),
            build=replacing(capture_model_closes_window=False)),
+    Mutant("ubatch_replays_any_mode", "vllm_0_30", "ranks",
+           "UBatchWrapper replays a micro-batched graph of the batch's token count whatever the runtime mode "
+           "(vLLM #25625): a PIECEWISE mixed step of a captured count replays the FULL uniform-decode graph",
+           kills=frozenset(['P2', 'P3', 'P5']),
+           build=replacing(ubatch_replays_full_only=False),
+           reaches=micro_batched),
+    Mutant("ubatch_key_first_two", "vllm_0_30", "ranks",
+           "UBatchWrapper stores a micro-batched graph under its first two micro-batches' token count (vLLM "
+           "#43161): with three micro-batches the lookup by all of them misses, so each FULL micro-batched "
+           "step captures again when serving, and the misplaced key sends capture_model's FULL graph of that "
+           "count to eager",
+           kills=frozenset(['P1', 'P4', 'P5']),
+           build=replacing(ubatch_key=_ubatch_key_first_two),
+           reaches=micro_batched),
     Mutant("dp_mode_not_synced", "vllm_0_30", "ranks",
            "coordinate_batch_across_dp agrees the padded token count alone (before vLLM's cudagraph_mode "
            "sync): each rank re-dispatches in its own mode, so a rank that runs eagerly beside one that "

@@ -36,7 +36,7 @@ from contract.core.engine import Engine
 from contract.core.scenario import ConfigRevision, Runner
 from contract.runners.mrv1.model import cudagraph_dispatcher as _dispatcher
 from contract.runners.mrv1.model.engine import ENGINE
-from contract.runners.mrv1.model.wrappers import LoadContext, Stacks, entry_key, wrapper_acts
+from contract.runners.mrv1.model.wrappers import LoadContext, Stacks, entry_key, ubatch_key, wrapper_acts
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class Policy:
     drafter_cudagraph_mode: Callable = _dispatcher.drafter_cudagraph_mode
     wrapper_acts: Callable = wrapper_acts
     entry_key: Callable = entry_key
+    ubatch_key: Callable = ubatch_key
+    # UBatchWrapper replays a micro-batched graph only under FULL (vLLM #25625)
+    ubatch_replays_full_only: bool = True
     compile_at_first_forward: bool = True  # spec §5.1: Dynamo compiles at the first forward
     capture_model_closes_window: bool = True  # set_cudagraph_capturing_enabled(False), :6916
     dp_syncs_mode: bool = True  # coordinate_batch_across_dp agrees the minimum mode (dp_utils.py)

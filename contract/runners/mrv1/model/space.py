@@ -6,9 +6,19 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from contract.core.events import START_UP, ExecuteModel, Propose, on_ranks
-from contract.core.modes import AttentionCGSupport, CompilationMode, CUDAGraphMode
+from contract.core.modes import (
+    FULL,
+    FULL_AND_PIECEWISE,
+    FULL_DECODE_ONLY,
+    NONE,
+    PIECEWISE,
+    AttentionCGSupport,
+    CompilationMode,
+    CUDAGraphMode,
+)
 from contract.core.scenario import (
     MAX_DATA_PARALLEL_SIZE,
+    MAX_UBATCH_SIZE,
     NUM_TOKENS_DOMAIN,
     ConfigRejected,
     ConfigRevision,
@@ -48,6 +58,12 @@ _SPLITTING_OPS = _weighted((SplittingOps.DEFAULT, 2), (SplittingOps.ATTENTION, 1
 _ATTENTION_SUPPORT = st.sampled_from(AttentionCGSupport)
 _QUERY_LEN = st.sampled_from((2, 3))
 _DATA_PARALLEL_SIZE = st.sampled_from((1,) * 12 + tuple(range(2, MAX_DATA_PARALLEL_SIZE + 1)))
+_UBATCHING = st.sampled_from((False, True, True, True))
+# A DBO lane's mode: those with a FULL uniform decode graph to split most; two ranks most (on more, some
+# rank's batch is more often below the threshold and nothing splits)
+_DBO_MODE = st.sampled_from((FULL_AND_PIECEWISE, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, FULL, PIECEWISE, NONE))
+_DBO_RANKS = st.sampled_from((2, 2, 2, 3, 4))
+_UBATCH_SIZE = st.sampled_from((0, MAX_UBATCH_SIZE))  # two micro-batches and three alike
 
 
 @st.composite
@@ -72,13 +88,18 @@ def scenarios(draw) -> Scenario:
         attention_support=draw(_ATTENTION_SUPPORT),
         spec_enforce_eager=has_spec and draw(_RARE),
         uniform_decode_query_len=draw(_QUERY_LEN) if has_spec else 1,
-        # several DP ranks without a drafter or micro-batching (the modelled space), one such lane in five
+        # several DP ranks without a drafter or micro-batching, one such lane in five
         data_parallel_size=1 if has_spec or ubatching else draw(_DATA_PARALLEL_SIZE),
     )
     # a weaker draft-only backend, where one applies, one draw in two (drawn last: the other fields'
     # draws, and what the ci profile finds with them, stay as they were)
     draft_only = (drafter is DrafterKind.WITH_MODEL and fields["attention_support"] is not AttentionCGSupport.ALWAYS
                   and draw(_BOOL))
+    # micro-batching in three of four multi-rank lanes, with a mode, ranks and micro-batch count drawn
+    # again (drawn last, as the draft-only backend)
+    if fields["data_parallel_size"] > 1 and draw(_UBATCHING):
+        fields.update(ubatching=True, cudagraph_mode=draw(_DBO_MODE), data_parallel_size=draw(_DBO_RANKS),
+                      ubatch_size=draw(_UBATCH_SIZE))
     return Scenario(**fields, attention_support_draft_only=draft_only)
 
 
@@ -91,21 +112,28 @@ def behaviour_key(scenario: Scenario, revision: ConfigRevision) -> tuple:
         config = str(exc)
     return (scenario.runner, scenario.breakable, scenario.ubatching, config, scenario.drafter,
             scenario.attention_support, scenario.spec_enforce_eager, scenario.uniform_decode_query_len,
-            scenario.data_parallel_size, scenario.attention_support_draft_only)
+            scenario.data_parallel_size, scenario.attention_support_draft_only, scenario.ubatch_size)
 
 
 def canonical_scenarios_of(revision: ConfigRevision = ConfigRevision.V0_30) -> list[Scenario]:
     """One scenario per behaviour class, the first (most default-like) of each, in order."""
     seen: dict[tuple, Scenario] = {}
-    for s in [*all_scenarios(Runner.MRV1), *on_two_ranks()]:
+    for s in [*all_scenarios(Runner.MRV1), *on_two_ranks(), *micro_batched_on_two_ranks()]:
         seen.setdefault(behaviour_key(s, revision), s)
     return list(seen.values())
 
 
 def on_two_ranks() -> list[Scenario]:
-    """Two DP ranks: every mode at vLLM's other defaults (no drafter, no micro-batching: outside the
-    modelled space on several ranks)."""
+    """Two DP ranks: every mode at vLLM's other defaults (no drafter: outside the modelled space on
+    several ranks)."""
     return [Scenario(runner=Runner.MRV1, cudagraph_mode=mode, data_parallel_size=2) for mode in CUDAGraphMode]
+
+
+def micro_batched_on_two_ranks() -> list[Scenario]:
+    """Two DP ranks micro-batching (``UBatchWrapper``'s own graphs): every mode, under --enable-dbo's
+    two micro-batches and --ubatch-size 3."""
+    return [Scenario(runner=Runner.MRV1, cudagraph_mode=mode, data_parallel_size=2, ubatching=True, ubatch_size=n)
+            for mode in CUDAGraphMode for n in (0, MAX_UBATCH_SIZE)]
 
 
 def canonical_scenarios(policy) -> list[Scenario]:

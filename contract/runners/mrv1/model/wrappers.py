@@ -63,8 +63,10 @@ class BreakableCUDAGraphWrapper:
 class UBatchWrapper:
     """``v1/worker/gpu_ubatch_wrapper.py:65-456``: builds a *sibling* ``CUDAGraphWrapper`` on the
     same runnable when ``runtime_mode`` is not NONE (``:84-88``) and sends FULL to it; NONE and
-    PIECEWISE go to the runnable (``:376-380``). ``unwrap()`` is not recursive in any release
-    (``:117-119``); a branch may make it so (``recursive_unwrap``)."""
+    PIECEWISE go to the runnable (``:376-380``). A micro-batched forward (the forward context's
+    ``ubatch_slices``) it runs itself: under FULL it captures a graph of all the micro-batches once
+    per token count and replays it after, else it runs them eagerly (``:382-456``). ``unwrap()`` is
+    not recursive in any release (``:117-119``); a branch may make it so (``recursive_unwrap``)."""
 
     runnable: Runnable
     runtime_mode: CUDAGraphMode
@@ -149,3 +151,10 @@ def entry_key(kind: str, mode: CUDAGraphMode, batch_descriptor: object) -> objec
     """Both wrappers key entries by batch descriptor alone, not by mode (``cuda_graph.py:259-263``,
     ``breakable_cudagraph.py:337-343``)."""
     return batch_descriptor
+
+
+def ubatch_key(num_tokens: int, num_ubatches: int) -> int:
+    """The token count ``_capture_ubatches`` stores a micro-batched graph under: the sum over its
+    micro-batches, the padded count ``__call__`` looks it up by (``33:v1/worker/gpu_ubatch_wrapper.py:163``,
+    ``:385``)."""
+    return num_tokens

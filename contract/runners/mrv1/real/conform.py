@@ -27,7 +27,7 @@ from contract.core.scenario import (
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
-from contract.runners.mrv1.model.space import on_two_ranks
+from contract.runners.mrv1.model.space import micro_batched_on_two_ranks, on_two_ranks
 from contract.runners.mrv1.real import sizes
 
 
@@ -36,7 +36,8 @@ def scenarios() -> Iterator[Scenario]:
     (each trace one process per rank, ``contract/real/ranks.py``), and vLLM's defaults on 3 and 4;
     then a weaker draft-only backend (``attention_support_draft_only``) under every mode, compilation,
     splitting and breakable setting; then the draft model's proposer (``method: draft_model``) under
-    every mode, compilation, splitting and breakable setting."""
+    every mode, compilation, splitting and breakable setting; then two ranks micro-batching under
+    every mode."""
     fields = itertools.product(
         (False, True), (False, True), CUDAGraphMode, CompilationMode, SplittingOps, AttentionCGSupport,
     )
@@ -56,6 +57,7 @@ def scenarios() -> Iterator[Scenario]:
     # the draft model's layers on the weaker backend, the target's on an ALWAYS one
     yield from (s for s in all_scenarios(Runner.MRV1) if s.attention_support_draft_only)
     yield from draft_model_scenarios()
+    yield from micro_batched_on_two_ranks()
 
 
 def draft_model_scenarios() -> Iterator[Scenario]:
@@ -110,7 +112,8 @@ def run(version: str, policy: Policy, files: list[tuple[Trace, str]], corpus: st
         out.results.append(result)
         out.count_ranks(result)
         if trace.policy == policy.name and result.violations:
-            out.findings.append(finding(result, policy.name, result.violations, trace.scenario.ubatching))
+            out.findings.append(finding(result, policy.name, result.violations,
+                                            trace.scenario.ubatching and trace.scenario.data_parallel_size == 1))
         progress.advance()
     if corpus != "none":
         traces = generated(policy)

@@ -220,6 +220,11 @@ class RealRun:
                 # this rank's process alone (forked, ranks.replay_ranks): the config is its copy
                 vllm_config.parallel_config.data_parallel_size = scenario.data_parallel_size
                 vllm_config.parallel_config.data_parallel_rank = dp_rank
+                if scenario.ubatching:
+                    # DBO serves MoE models (its all-to-all backends); the forward context keeps
+                    # the ranks' token counts only for one (33:forward_context.py:299-328), and
+                    # UBatchWrapper asserts them (33:v1/worker/gpu_ubatch_wrapper.py:394-395).
+                    vllm_config.parallel_config.is_moe_model = True
                 runner._determine_batch_execution_and_padding = self.observed_batch(
                     runner._determine_batch_execution_and_padding)
             runner._warmup_and_capture = self.observed_warmup_and_capture(runner._warmup_and_capture)
@@ -269,7 +274,7 @@ class RealRun:
             "role": role,
             "context": self.context,
             "runtime_mode": runtime_mode.name,
-            "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens),
+            "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens, context.ubatch_slices),
             **self.recorder.dispatch_fields(self.capture_phase),
         }
         if error:
@@ -618,16 +623,20 @@ def _label(node) -> str:
     return getattr(node, "name", name)
 
 
-def _descriptor(batch_descriptor, num_tokens: int) -> dict:
+def _descriptor(batch_descriptor, num_tokens: int, ubatch_slices=None) -> dict:
     """The forward context's ``BatchDescriptor`` in the model's JSON form; LoRA fields appear only
-    when set. A NONE forward context built from ``num_tokens`` alone holds no descriptor
-    (forward_context.py:324-325 substitutes one only for other modes); no wrapper reads it then,
-    and it is shown as the ``BatchDescriptor(num_tokens)`` the model shows."""
+    when set, and the number of its ``ubatch_slices`` where it is micro-batched. A NONE forward
+    context built from ``num_tokens`` alone holds no descriptor (forward_context.py:324-325
+    substitutes one only for other modes); no wrapper reads it then, and it is shown as the
+    ``BatchDescriptor(num_tokens)`` the model shows."""
     if batch_descriptor is None:
-        return {"num_tokens": num_tokens, "num_reqs": None, "uniform": False}
-    out = {"num_tokens": batch_descriptor.num_tokens, "num_reqs": batch_descriptor.num_reqs,
-           "uniform": batch_descriptor.uniform}
+        out = {"num_tokens": num_tokens, "num_reqs": None, "uniform": False}
+    else:
+        out = {"num_tokens": batch_descriptor.num_tokens, "num_reqs": batch_descriptor.num_reqs,
+               "uniform": batch_descriptor.uniform}
     if getattr(batch_descriptor, "has_lora", False) or getattr(batch_descriptor, "num_active_loras", 0):
         out["has_lora"] = batch_descriptor.has_lora
         out["num_active_loras"] = batch_descriptor.num_active_loras
+    if ubatch_slices:
+        out["num_ubatches"] = len(ubatch_slices)
     return out

@@ -18,7 +18,8 @@ from itertools import groupby
 from contract.core.capture_sizes import cdiv, decode_cudagraph_capture_shapes
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
 from contract.core.scenario import MAX_NUM_SEQS
-from contract.runners.mrv2.model.ubatch_utils import UBatching, ubatch_twin
+from contract.core.ubatch_utils import UBatching
+from contract.runners.mrv2.model.ubatch_utils import ubatch_twin
 
 RELEASES = ("0.33", "0.34")
 

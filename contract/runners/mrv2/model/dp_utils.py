@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from contract.core.modes import NONE, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model.cudagraph_utils import BED, CudaGraphManager
-from contract.runners.mrv2.model.ubatch_utils import check_ubatch_thresholds
+from contract.core.ubatch_utils import check_ubatch_thresholds
 
 
 @dataclass(frozen=True)

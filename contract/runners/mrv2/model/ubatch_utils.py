@@ -3,7 +3,7 @@
 ``_maybe_ubatch_twin`` (``v1/worker/gpu/cudagraph_utils.py``), 0.33.0 and 0.34.0.
 
 ``--enable-dbo`` splits a step into two micro-batches, ``--ubatch-size N`` into N (``num_ubatches``,
-``34:config/parallel.py:719-725``).
+``34:config/parallel.py:719-725``; the thresholds: ``contract/core/ubatch_utils.py``).
 The micro-batch runner exists only with more than one DP rank, whose agreement decides the split
 (``34:v1/worker/gpu/ubatch_utils.py:583-603``). Each FULL descriptor whose requests split evenly
 gets a twin captured for ``num_ubatches`` micro-batches, keyed by the query length of its requests
@@ -13,19 +13,11 @@ another query length or a mixed batch (``_is_compatible``'s ``uniform_token_coun
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from contract.core.modes import FULL
 from contract.core.scenario import Scenario
-
-
-@dataclass(frozen=True)
-class UBatching:
-    """The ``ParallelConfig`` fields micro-batching reads, after post-init."""
-
-    num_ubatches: int
-    dbo_decode_token_threshold: int
-    dbo_prefill_token_threshold: int
+from contract.core.ubatch_utils import UBatching, check_ubatch_thresholds
 
 
 def ubatching(scenario: Scenario, release: str) -> UBatching | None:
@@ -39,11 +31,6 @@ def ubatching(scenario: Scenario, release: str) -> UBatching | None:
     low = n * scenario.uniform_decode_query_len if release != "0.33" else 0
     decode, prefill = scenario.dbo_thresholds
     return UBatching(n, max(decode, low), max(prefill, low))
-
-
-def check_ubatch_thresholds(u: UBatching, num_tokens: int, uniform_decode: bool) -> bool:
-    """``check_ubatch_thresholds`` (``34:v1/worker/ubatch_utils.py:139-147``)."""
-    return num_tokens >= (u.dbo_decode_token_threshold if uniform_decode else u.dbo_prefill_token_threshold)
 
 
 def ubatch_twin(u: UBatching | None, desc, keeps_query_len: bool = True):
