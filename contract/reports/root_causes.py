@@ -381,31 +381,41 @@ def code_at_violation(data: dict, finding: dict) -> list[str]:
 
 def ungrouped(folder: Path, views: list[View]) -> list[str]:
     """The findings of each conformance run that no root cause holds (not traced by ``make findings``
-    yet, or refuted), in full: the violations, vLLM's side and the code that ran at the step."""
+    yet, or refuted), in full: the violations, vLLM's side and the code that ran at the step. A
+    finding several releases show alike (its trace named but for its policy, the same properties and
+    outcome) is one entry, listed at the newest of them."""
     grouped = {(e.release, e.runner.name, e.name) for v in views for e in v.cause.entries}
     traced = set()
     for data in rc.traced(folder):
         traced |= {(data["vllm"], data["runner"], f["name"]) for f in data["findings"]}
-    lines = []
+    alike: dict[tuple, list[tuple[dict, dict]]] = {}
     for data in runs(folder):
         runner = (data.get("load_model_block") or {}).get("runner") or "MRV1"
         for f in data.get("findings", []):
             key = (data["vllm"], runner, f["name"])
             if key in grouped or (key in traced and f.get("outcome") == "confirmed"):
                 continue
+            policy = f.get("policy") or data.get("policy") or ""
+            name = f["name"][len(policy) + 1:] if policy and f["name"].startswith(policy + "-") else f["name"]
             props = ", ".join(sorted({v["property"] for v in f["violations"]}))
-            lines += [f"### {f['name']} on vLLM {data['vllm']} ({runner}) — {props} — **{f['outcome']}**", "",
-                      f"Trace: `{f['source']}`", ""]
-            if f.get("partly_replayed"):
-                lines += [f"Replay: {f['partly_replayed']}.", ""]
-            for v, e in zip(f["violations"], f["evidence"]):
-                lines += [f"- model: step {v['step']}: {v['message']}", f"  - vLLM {data['vllm']}: {e}"]
-            lines.append("")
-            lines += code_at_violation(data, f)
+            alike.setdefault((name, runner, props, f["outcome"]), []).append((data, f))
+    lines = []
+    for (name, runner, props, outcome), seen in alike.items():
+        data, f = seen[-1]
+        releases = ", ".join(d["vllm"] for d, _ in seen)
+        sources = ", ".join(dict.fromkeys(f"`{g['source']}`" for _, g in seen))
+        lines += [f"### {name} on vLLM {releases} ({runner}) — {props} — **{outcome}**", "", f"Traces: {sources}", ""]
+        if f.get("partly_replayed"):
+            lines += [f"Replay: {f['partly_replayed']}.", ""]
+        for v, e in zip(f["violations"], f["evidence"]):
+            lines += [f"- model: step {v['step']}: {v['message']}", f"  - vLLM {data['vllm']}: {e}"]
+        lines.append("")
+        lines += code_at_violation(data, f)
     if not lines:
         return []
     return ["## Findings not grouped into a root cause", "",
-            "Confirmed findings whose deciding lines were not traced yet (`make findings`), and refuted ones.", "",
+            "Confirmed findings whose deciding lines were not traced yet (`make findings` traces them; each root "
+            "cause it finds then needs its fix and unit test under `fixes/`), and refuted ones.", "",
             *lines]
 
 

@@ -254,8 +254,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("dp_mode_not_synced", "vllm_0_30", "ranks",
            "coordinate_batch_across_dp agrees the padded token count alone (before vLLM's cudagraph_mode "
            "sync): each rank re-dispatches in its own mode, so a rank that runs eagerly beside one that "
-           "replays a graph runs without it, and the graph's padding reaches the eager rank",
-           kills=frozenset(['P0', 'P9']),
+           "replays a graph runs without it, and the graph's padding reaches the eager rank; micro-batching, "
+           "a rank's FULL step of a count the UBatchWrapper holds a micro-batched graph of runs eagerly",
+           kills=frozenset(['P0', 'P1', 'P9']),
            build=replacing(dp_syncs_mode=False),
            reaches=on_ranks),
 )
