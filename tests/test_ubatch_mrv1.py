@@ -102,3 +102,24 @@ def test_one_rank_never_splits_and_drafters_stay_off_several_ranks():
     with pytest.raises(ValueError, match="without a drafter"):
         _dbo(drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2)
     assert _dbo(NONE).ubatch_size == 0
+
+
+@pytest.mark.evidence
+def test_a_change_to_the_ubatch_wrapper_is_sent_to_model_runner_v1s_replay(tmp_path):
+    """0.33.0 holds both runners and defaults to V2, whose replay never imports ``UBatchWrapper``: the
+    command ``verify --vllm-src`` and the plugin give for a change to it (here, dropping the rule that
+    runs a count with a micro-batched graph eagerly) names Model Runner V1's replay."""
+    from vllm_envs import edited_tree
+
+    from contract.branch import base as base_mod
+    from contract.branch.review import review
+    from contract.branch.tree import load
+    from contract.families import FAMILIES, by_runner
+
+    tree = edited_tree(tmp_path, "0.33.0", "v1/worker/gpu_ubatch_wrapper.py",
+                       "if batch_descriptor.num_tokens in self.cudagraphs:", "if False:")
+    branch = load(tree)
+    chosen = base_mod.resolve(base_mod.check("0.33.0"), branch.policy, branch)
+    assert branch.policy.runner is Runner.MRV2
+    assert review(branch, chosen, by_runner(Runner.MRV2)).conform_command(FAMILIES) == \
+        f"cudagraph-contract conform --vllm-src {tree} --base 0.33.0 --runner mrv1"

@@ -74,6 +74,23 @@ class Review:
                     found.append((f.path, name))
         return found
 
+    def conform_command(self, families) -> str:
+        """The ``conform --vllm-src`` command that replays the tree's changes on vLLM's own code: with
+        ``--runner`` where the tree also holds another of ``families`` (0.30 to 0.33 hold both runners,
+        and the default is vLLM's for the release) whose replay imports more of the changed files
+        (``UBatchWrapper``'s file is Model Runner V1's alone)."""
+        command = f"cudagraph-contract conform --vllm-src {self.tree.tree} --base {self.base.release or 'auto'}"
+        if self.diff is None or self.base.package is None:
+            return command
+        changed = {f.path for f in self.diff.files}
+        mine = changed & self.replayed
+        for other in families:
+            if other is self.family or not any((self.tree.package / m).is_file() for m in other.markers):
+                continue
+            if mine < changed & set(family_files(other, self.base.package)):
+                return f"{command} --runner {other.name}"
+        return command
+
     @property
     def recognised(self) -> bool:
         """The tree is its base release for this family: the files it reads and replays are the release's."""

@@ -15,7 +15,7 @@ from contract.core.child import DEFAULT_TIMEOUT_S, checked_timeout, printable, s
 from contract.core.output import OutputError, one_line
 from contract.core.policy import PolicyError
 from contract.core.trace import TraceError
-from contract.families import BUILT_IN, load_policy
+from contract.families import BUILT_IN, FAMILIES, load_policy
 
 # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`... | head -1`); never
 # the 1 of "a counterexample" or "a replay disagrees".
@@ -310,5 +310,4 @@ def say_review(console, tree, chosen, command: str) -> None:
         unread = r.unread(command)
         if unread:
             console.print(f"verify does not read {len(unread)} of the changes above; replay them on vLLM's own code: "
-                          f"cudagraph-contract conform --vllm-src {tree.tree} --base {chosen.release or 'auto'}",
-                          soft_wrap=True, highlight=False, markup=False)
+                          f"{r.conform_command(FAMILIES)}", soft_wrap=True, highlight=False, markup=False)

@@ -151,14 +151,15 @@ def _unread(tree, chosen) -> list[str]:
     """The tree's changes the model does not read (as ``verify --vllm-src`` says them): never a silent
     pass, the command that replays them on vLLM's own code instead."""
     from contract.branch.review import VERIFY, review
-    from contract.families import by_runner
+    from contract.families import FAMILIES, by_runner
 
-    unread = review(tree, chosen, by_runner(tree.policy.runner)).unread(VERIFY)
+    r = review(tree, chosen, by_runner(tree.policy.runner))
+    unread = r.unread(VERIFY)
     if not unread:
         return []
     named = ", ".join(f"{path}: {name or 'module level'}" for path, name in unread)
     return [f"the model does not read {len(unread)} of the tree's changes ({named}); replay them on vLLM's own "
-            f"code: cudagraph-contract conform --vllm-src {tree.tree} --base {chosen.release or 'auto'}"]
+            f"code: {r.conform_command(FAMILIES)}"]
 
 
 def _hypothesis_items(session, policy, base, profile, of_trace, shows) -> list[ContractItem]:
