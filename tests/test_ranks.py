@@ -150,9 +150,9 @@ def test_peers_round_trip_and_bad_ones_get_one_line():
         assert says in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(TraceError, match="data_parallel_size is 1 to 4"):
         loads(head + '"scenario": {"runner": "MRV2", "data_parallel_size": 5}, "events": []}', "t.json")
-    with pytest.raises(TraceError, match="on Model Runner V1 are modelled without a drafter"):
+    with pytest.raises(TraceError, match="on Model Runner V1 are modelled with EAGLE's or an n-gram drafter"):
         loads(head + '"scenario": {"runner": "MRV1", "data_parallel_size": 2, "drafter": "with_model", '
-                     '"uniform_decode_query_len": 2}, "events": []}', "t.json")
+                     '"speculator": "STANDALONE_AR", "uniform_decode_query_len": 2}, "events": []}', "t.json")
     assert SPEC.to_json()["data_parallel_size"] == 2
     assert "data_parallel_size" not in Scenario(runner=Runner.MRV2).to_json()
 

@@ -99,7 +99,7 @@ def test_one_rank_never_splits_and_drafters_stay_off_several_ranks():
     run, violations = run_events(Scenario(runner=Runner.MRV1, ubatching=True), load_policy("vllm_0_30"),
                                  [*START_UP, ExecuteModel(4, True)])
     assert all(d.batch_descriptor.num_ubatches == 1 for r in run.records for d in r.dispatches)
-    with pytest.raises(ValueError, match="without a drafter"):
+    with pytest.raises(ValueError, match="without micro-batching beside one"):
         _dbo(drafter=DrafterKind.WITH_MODEL, uniform_decode_query_len=2)
     assert _dbo(NONE).ubatch_size == 0
 

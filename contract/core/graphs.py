@@ -82,13 +82,14 @@ def peer_sets(data_parallel_size: int, n: int, uniform: bool = False, micro_batc
 
 
 def dispatch_kind(event, d: Dispatch) -> str | None:
-    """The kind of a serving dispatch; None for start-up and ``force_eager`` dispatches."""
+    """The kind of a serving dispatch; None for start-up and ``force_eager`` target dispatches. On
+    several MRV1 ranks the draft passes are part of the ``execute_model`` step."""
+    if d.role == "drafter" and (isinstance(event, Propose) or d.context in ("propose", "propose_decode")):
+        return "draft decode" if d.context == "propose_decode" else "draft prefill"
     if isinstance(event, ExecuteModel):
         if event.force_eager or d.role != "target":
             return None
         return "target uniform decode" if event.uniform_decode else "target mixed"
-    if isinstance(event, Propose) and d.role == "drafter":
-        return "draft decode" if d.context == "propose_decode" else "draft prefill"
     return None
 
 

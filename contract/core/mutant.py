@@ -80,6 +80,11 @@ def micro_batched(scenario) -> bool:
     return scenario.ubatching and scenario.data_parallel_size > 1
 
 
+def drafting_on_ranks(scenario) -> bool:
+    """A drafter with a model on several DP ranks: each rank's drafting makes DP syncs of its own."""
+    return draft_model(scenario) and scenario.data_parallel_size > 1
+
+
 def full_graphs(scenario) -> bool:
     """A FULL dispatch needs a configured mode with full graphs: resolve never turns PIECEWISE or
     NONE into one, and the draft managers' modes follow the target's."""

@@ -94,7 +94,7 @@ class Scenario:
     # ``ubatch_size``. MRV2: on several DP ranks, without a drafter (0.33.0 refuses DBO with one), LoRA,
     # pipeline stages, a hybrid model or cudagraph_mode PIECEWISE, which vLLM refuses at start-up
     # (34:config/vllm.py:3378-3410). MRV1: on one rank (which never splits) or several, without a
-    # drafter on several.
+    # drafter on several (the EAGLE proposer asserts it never splits).
     ubatching: bool = False
     cudagraph_mode: CUDAGraphMode = FULL_AND_PIECEWISE
     compilation_mode: CompilationMode = CompilationMode.VLLM_COMPILE
@@ -189,9 +189,11 @@ class Scenario:
                     "attention_support below ALWAYS)")
         if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL_SIZE:
             return f"the modelled data_parallel_size is 1 to {MAX_DATA_PARALLEL_SIZE}"
-        if self.data_parallel_size > 1 and self.runner is Runner.MRV1 and has_spec:
-            # an idle MRV1 rank's dummy run drafts
-            return "several DP ranks on Model Runner V1 are modelled without a drafter"
+        if self.data_parallel_size > 1 and self.runner is Runner.MRV1 and has_spec and (
+                self.ubatching or self.speculator is not Speculator.EAGLE):
+            # the draft model's proposer inserts tokens into its first pass; DBO asserts no EAGLE split
+            return ("several DP ranks on Model Runner V1 are modelled with EAGLE's or an n-gram drafter, "
+                    "and without micro-batching beside one")
         if not 1 <= self.pipeline_parallel_size <= MAX_PIPELINE_PARALLEL_SIZE:
             return f"the modelled pipeline_parallel_size is 1 to {MAX_PIPELINE_PARALLEL_SIZE}"
         if self.pipeline_parallel_size > 1 and (has_spec or self.data_parallel_size > 1):

@@ -12,7 +12,8 @@ micro-batching every rank micro-batches when each one allows it and its unpadded
 threshold (the decode one for a uniform decode), unless the smallest unpadded batch would leave the
 last micro-batch of the largest padded count empty (``_post_process_ubatch``, ``33:…/dp_utils.py:79-97``);
 the split is then ``num_ubatches`` micro-batches of the padded count (``maybe_create_ubatch_slices``,
-``33:v1/worker/ubatch_utils.py:165-221``). Drafters on several ranks are outside the modelled space.
+``33:v1/worker/ubatch_utils.py:165-221``). The EAGLE proposer's syncs go through the same agreement
+(``llm_base_proposer.py``).
 An idle rank runs ``execute_dummy_batch``: ``_dummy_run`` of ``uniform_decode_query_len`` tokens as a
 uniform decode (``33:v1/worker/gpu_worker.py:1466-1472``), which allows micro-batching.
 """

@@ -31,7 +31,7 @@ from contract.core.policy import Policy
 from contract.core.resolve import ResolveRejected
 from contract.core.scenario import MAX_NUM_SEQS, Config, ConfigRejected, DrafterKind, Scenario
 from contract.core.ubatch_utils import UBatching
-from contract.runners.mrv1.model import dp_utils
+from contract.runners.mrv1.model import dp_utils, llm_base_proposer
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
     CUDAGraphWrapper,
@@ -123,6 +123,7 @@ def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event
             return False  # _is_uniform_decode: num_tokens == q * num_reqs
         return state.captured and not event.num_active_loras  # no LoRA in the modelled MRV1 space
     if isinstance(event, Propose):
+        # on several ranks the draft step is part of ExecuteModel: every rank drafts in it
         return state.captured and scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1
     return False
 
@@ -318,9 +319,48 @@ class _Step:
         if not event.peers:
             return ()
         idle = (False, *(p.idle for p in event.peers))
-        return tuple(RankServed.stopped(r.raised) if r.raised else
-                     RankServed(r.mode, r.desc.num_tokens, (b.num_reqs, b.num_tokens, q if b.uniform_decode else None),
-                                b.force_eager, i) for b, r, i in zip(batches, runs, idle))
+        served = tuple(RankServed.stopped(r.raised) if r.raised else
+                       RankServed(r.mode, r.desc.num_tokens, (b.num_reqs, b.num_tokens, q if b.uniform_decode else None),
+                                  b.force_eager, i) for b, r, i in zip(batches, runs, idle))
+        if stopped is None and not self.state.halted and self.scenario.drafter is DrafterKind.WITH_MODEL:
+            return self.draft_across_dp(batches, runs, idle, served)
+        return served
+
+    def draft_across_dp(self, batches, runs, idle, served: tuple[RankServed, ...]) -> tuple[RankServed, ...]:
+        """Every rank's drafting after its target forward (``llm_base_proposer.py``): a busy rank
+        proposes, an idle one runs the drafter's ``dummy_run`` inside its ``_dummy_run``; each of
+        their DP syncs agrees the drafter's mode and padded count as the target's does, and rank 0's
+        draft forwards are recorded: its first pass (``propose``) and its remaining passes
+        (``propose_decode``), whose forwards share one mode and descriptor, so one stands for them. Where the ranks' syncs differ in number the step stops on every rank
+        there (a hang); where a rank's re-dispatch asserts, that rank stops."""
+        s, q = self.scenario, self.scenario.uniform_decode_query_len
+        k = q - 1
+        syncs = []
+        for b, r, i in zip(batches, runs, idle):
+            if i:
+                eager = not self.policy.drafter_dummy_use_cudagraphs(False, r.mode, s.spec_enforce_eager)
+                syncs.append([dp_utils.RankBatch(1, q, False, eager)] * self.policy.drafter_dummy_syncs(k, False))
+            else:
+                syncs.append([dp_utils.RankBatch(b.num_reqs, n, False)
+                              for n in llm_base_proposer.propose_batches(b.num_reqs, b.num_tokens, k)])
+        for j in range(max(map(len, syncs))):
+            if any(len(rank) <= j for rank in syncs):
+                error = llm_base_proposer.out_of_phase([1 + len(rank) for rank in syncs])
+                self.set(halted=error)
+                return tuple(RankServed.stopped(error) for _ in syncs)
+            drafts = dp_utils.determine_batch_execution_and_padding(
+                lambda n, uniform, valid: self.dispatch("drafter", n, valid_modes=valid),
+                tuple(rank[j] for rank in syncs), syncs_mode=self.policy.dp_syncs_mode)
+            if drafts[0].raised is None:
+                self.forward("drafter", ("propose", "propose_decode")[j], drafts[0].mode,
+                             BatchDescriptor(drafts[0].desc.num_tokens))
+            stopped = next((i for i, r in enumerate(drafts) if r.raised), None)
+            if stopped is not None:
+                self.set(halted=drafts[0].raised if stopped == 0 else f"DP rank {stopped}: {drafts[stopped].raised}")
+                return tuple(RankServed.stopped(r.raised) if r.raised else side for r, side in zip(drafts, served))
+            if self.state.halted:
+                break
+        return served
 
     def ubatching(self) -> UBatching | None:
         """``parallel_config``'s micro-batching (``use_ubatching``), None where off."""
@@ -412,7 +452,7 @@ class _Step:
                 self.forward("target", context, got_mode, replace(got_desc, num_ubatches=ubatches))
                 if self.state.halted or s.drafter is not DrafterKind.WITH_MODEL:
                     continue
-                use_cudagraphs = mode == PIECEWISE and not s.spec_enforce_eager
+                use_cudagraphs = self.policy.drafter_dummy_use_cudagraphs(True, mode, s.spec_enforce_eager)
                 dmode, ddesc = self.dispatch("drafter", desc.num_tokens, valid_modes=None if use_cudagraphs else {NONE})
                 self.forward("drafter", context, dmode, BatchDescriptor(ddesc.num_tokens))
 

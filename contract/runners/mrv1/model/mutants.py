@@ -8,7 +8,16 @@ from dataclasses import replace
 from contract.core import resolve
 from contract.core.forward_context import BatchDescriptor
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
-from contract.core.mutant import Mutant, breakable, draft_only_backend, micro_batched, on_ranks, replacing, speculative
+from contract.core.mutant import (
+    Mutant,
+    breakable,
+    draft_only_backend,
+    drafting_on_ranks,
+    micro_batched,
+    on_ranks,
+    replacing,
+    speculative,
+)
 from contract.runners.mrv1.model import cudagraph_dispatcher as dispatcher
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
@@ -65,6 +74,11 @@ def _ubatch_key_first_two(num_tokens: int, num_ubatches: int) -> int:
     """The pre-#43161 key: the first two micro-batches' tokens (``maybe_create_ubatch_slices`` splits
     the padded count at multiples of ``num_tokens // num_ubatches``)."""
     return num_tokens if num_ubatches == 2 else 2 * (num_tokens // num_ubatches)
+
+
+def _dummy_run_one_forward(num_speculative_tokens: int, is_graph_capturing: bool) -> int:
+    """The pre-#26086 dummy run: one draft forward, so one DP sync, whatever it serves."""
+    return 1
 
 
 def _mislabel_piecewise_as_full(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
@@ -251,6 +265,13 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P1', 'P4', 'P5']),
            build=replacing(ubatch_key=_ubatch_key_first_two),
            reaches=micro_batched),
+    Mutant("drafter_dummy_run_one_forward", "vllm_0_30", "ranks",
+           "the drafter's dummy run makes one forward, so one DP sync, outside capture too (vLLM #26086): "
+           "beside a rank proposing more than one draft token, whose propose syncs twice, the ranks' "
+           "all-reduces fall out of phase and hang",
+           kills=frozenset(['P0', 'P9']),
+           build=replacing(drafter_dummy_syncs=_dummy_run_one_forward),
+           reaches=drafting_on_ranks),
     Mutant("dp_mode_not_synced", "vllm_0_30", "ranks",
            "coordinate_batch_across_dp agrees the padded token count alone (before vLLM's cudagraph_mode "
            "sync): each rank re-dispatches in its own mode, so a rank that runs eagerly beside one that "

@@ -35,6 +35,7 @@ from contract.core import resolve as _resolve
 from contract.core.engine import Engine
 from contract.core.scenario import ConfigRevision, Runner
 from contract.runners.mrv1.model import cudagraph_dispatcher as _dispatcher
+from contract.runners.mrv1.model import llm_base_proposer as _proposer
 from contract.runners.mrv1.model.engine import ENGINE
 from contract.runners.mrv1.model.wrappers import LoadContext, Stacks, entry_key, ubatch_key, wrapper_acts
 
@@ -61,6 +62,9 @@ class Policy:
     compile_at_first_forward: bool = True  # spec §5.1: Dynamo compiles at the first forward
     capture_model_closes_window: bool = True  # set_cudagraph_capturing_enabled(False), :6916
     dp_syncs_mode: bool = True  # coordinate_batch_across_dp agrees the minimum mode (dp_utils.py)
+    # the drafter's dummy run: its DP syncs (vLLM #26086) and whether it may take a graph (#30119)
+    drafter_dummy_syncs: Callable = _proposer.dummy_run_syncs
+    drafter_dummy_use_cudagraphs: Callable = _proposer.dummy_run_use_cudagraphs
     resolve_reads_draft_layers: bool = True  # the minimum support over the drafter's backends too
     # ``@eager_break_during_capture`` on ``unified_attention_with_output``
     # (``33:model_executor/layers/attention/attention.py:770``)

@@ -33,7 +33,7 @@ from contract.runners.mrv1.model.cudagraph_dispatcher import normalise
 
 def alphabet(scenario: Scenario) -> tuple:
     """Every event the runner could take, batch sizes by class; on several DP ranks every step the
-    ranks can bring (``on_ranks``), and no draft step."""
+    ranks can bring (``on_ranks``), whose every rank drafts in it where there is a drafter."""
     q = scenario.uniform_decode_query_len
     batches = [(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
                if not uniform or n % q == 0 for eager in (False, True)]
@@ -64,6 +64,7 @@ _UBATCHING = st.sampled_from((False, True, True, True))
 _DBO_MODE = st.sampled_from((FULL_AND_PIECEWISE, FULL_AND_PIECEWISE, FULL_DECODE_ONLY, FULL, PIECEWISE, NONE))
 _DBO_RANKS = st.sampled_from((2, 2, 2, 3, 4))
 _UBATCH_SIZE = st.sampled_from((0, MAX_UBATCH_SIZE))  # two micro-batches and three alike
+_DRAFT_RANKS = st.sampled_from((2, 2, 2, 3, 4))
 
 
 @st.composite
@@ -88,7 +89,7 @@ def scenarios(draw) -> Scenario:
         attention_support=draw(_ATTENTION_SUPPORT),
         spec_enforce_eager=has_spec and draw(_RARE),
         uniform_decode_query_len=draw(_QUERY_LEN) if has_spec else 1,
-        # several DP ranks without a drafter or micro-batching, one such lane in five
+        # several DP ranks without a drafter or micro-batching, one such lane in five (a drafter's: below)
         data_parallel_size=1 if has_spec or ubatching else draw(_DATA_PARALLEL_SIZE),
     )
     # a weaker draft-only backend, where one applies, one draw in two (drawn last: the other fields'
@@ -100,6 +101,10 @@ def scenarios(draw) -> Scenario:
     if fields["data_parallel_size"] > 1 and draw(_UBATCHING):
         fields.update(ubatching=True, cudagraph_mode=draw(_DBO_MODE), data_parallel_size=draw(_DBO_RANKS),
                       ubatch_size=draw(_UBATCH_SIZE))
+    # EAGLE's drafter on several ranks in one lane in four with one taking graphs, not micro-batching
+    # (drawn last, as the draft-only backend; the explorer has an eager drafter on two ranks)
+    if drafter is DrafterKind.WITH_MODEL and not ubatching and not fields["spec_enforce_eager"] and draw(_RARE):
+        fields.update(data_parallel_size=draw(_DRAFT_RANKS))
     return Scenario(**fields, attention_support_draft_only=draft_only)
 
 
@@ -118,15 +123,23 @@ def behaviour_key(scenario: Scenario, revision: ConfigRevision) -> tuple:
 def canonical_scenarios_of(revision: ConfigRevision = ConfigRevision.V0_30) -> list[Scenario]:
     """One scenario per behaviour class, the first (most default-like) of each, in order."""
     seen: dict[tuple, Scenario] = {}
-    for s in [*all_scenarios(Runner.MRV1), *on_two_ranks(), *micro_batched_on_two_ranks()]:
+    for s in [*all_scenarios(Runner.MRV1), *on_two_ranks(), *micro_batched_on_two_ranks(), *drafting_on_two_ranks()]:
         seen.setdefault(behaviour_key(s, revision), s)
     return list(seen.values())
 
 
 def on_two_ranks() -> list[Scenario]:
-    """Two DP ranks: every mode at vLLM's other defaults (no drafter: outside the modelled space on
-    several ranks)."""
+    """Two DP ranks: every mode at vLLM's other defaults."""
     return [Scenario(runner=Runner.MRV1, cudagraph_mode=mode, data_parallel_size=2) for mode in CUDAGraphMode]
+
+
+def drafting_on_two_ranks() -> list[Scenario]:
+    """Two DP ranks with EAGLE's drafter (each rank's proposer syncs its own passes): every mode, one
+    and two speculative tokens, and ``speculative_config.enforce_eager`` under FULL_AND_PIECEWISE."""
+    return [Scenario(runner=Runner.MRV1, cudagraph_mode=mode, data_parallel_size=2, drafter=DrafterKind.WITH_MODEL,
+                     uniform_decode_query_len=q, spec_enforce_eager=eager)
+            for mode in CUDAGraphMode for q in (2, 3) for eager in (False, True)
+            if not eager or mode == FULL_AND_PIECEWISE]
 
 
 def micro_batched_on_two_ranks() -> list[Scenario]:

@@ -24,6 +24,7 @@ import types
 from contract.runners.mrv1.real import compiled, wrapping
 from contract.real.parallel_state import install_parallel_state
 from contract.real import attention_backends, decisions, device, errors, observe, platform, ranks
+from contract.runners.mrv1.real import dp_utils as dp_phase
 from contract.runners.mrv1.real import gpu_model_runner as stand_in
 from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER, AttentionOp
 from contract.real.observe import Recorder
@@ -205,7 +206,7 @@ class RealRun:
                 drafter = proposer.__new__(proposer)
                 drafter.__dict__.update(
                     vllm_config=vllm_config, speculative_config=speculative_config,
-                    cudagraph_dispatcher=CudagraphDispatcher(vllm_config), dp_rank=0,
+                    cudagraph_dispatcher=CudagraphDispatcher(vllm_config), dp_rank=dp_rank,
                     num_speculative_tokens=speculative_config.num_speculative_tokens,
                     parallel_drafting=False, supports_mm_inputs=False, pass_hidden_states_to_model=False,
                     _draft_attn_layer_names=set(), uses_mrope=False, uses_xdrope_dim=0,
@@ -228,6 +229,9 @@ class RealRun:
                 runner._determine_batch_execution_and_padding = self.observed_batch(
                     runner._determine_batch_execution_and_padding)
             runner._warmup_and_capture = self.observed_warmup_and_capture(runner._warmup_and_capture)
+            # a drafter makes DP syncs of its own: the ranks are checked to make as many per step
+            self.phase = (dp_phase.PhaseCheck() if scenario.data_parallel_size > 1
+                          and scenario.drafter is DrafterKind.WITH_MODEL else None)
         except Exception as exc:
             raise CannotBuild(f"vLLM {session.version} cannot build its scenario: {errors.first_line(exc)}") from exc
         self.vllm_config = vllm_config
@@ -341,7 +345,8 @@ class RealRun:
         self.context = event.kind
         try:
             getattr(self, "on_" + event.kind)(event)
-        except Halt as halt:
+            self.end_step()
+        except (Halt, dp_phase.OutOfPhase) as halt:
             self.step["halted"] = str(halt)
         except AssertionError as exc:  # one of vLLM's assertions stops the engine where it fires
             self.step["halted"] = errors.normalise(exc)
@@ -353,6 +358,19 @@ class RealRun:
         finally:
             self.session.decisions.close_step(event.kind)
         return self.step
+
+    def end_step(self) -> None:
+        """Where a drafter syncs too, the ranks' count of DP syncs in the step is agreed at its end
+        (``dp_phase``). A rank that stopped for a reason of its own makes no such check: the others'
+        fails there, and their step keeps what it did (the stopped rank's step ends the trace)."""
+        if self.phase is None:
+            return
+        try:
+            self.phase.end_step()
+        except dp_phase.OutOfPhase:
+            raise
+        except RuntimeError:
+            pass
 
     def _attention(self, role: str):
         """The model's attention op: the release's own, on a layer registered in the configs the
@@ -456,7 +474,14 @@ class RealRun:
 
             Worker.execute_dummy_batch(types.SimpleNamespace(model_runner=self.runner, randomize_dummy_inputs=False))
         else:
-            execute_model_dispatch(self.runner, batch.num_tokens, batch.uniform_decode, batch.force_eager)
+            num_reqs = execute_model_dispatch(self.runner, batch.num_tokens, batch.uniform_decode, batch.force_eager)
+            if event.peers and self.drafter is not None:
+                # on several ranks every rank drafts in the step (sample_tokens → propose_draft_token_ids)
+                self.context = "propose"
+                propose_dispatch(self.drafter, batch.num_tokens)
+                if self.drafter.num_speculative_tokens > 1:  # propose's remaining passes (:627-669)
+                    self.context = "propose_decode"
+                    propose_dispatch(self.drafter, num_reqs)
         if event.peers:
             mode, num_tokens, brought = self.batch_side
             self.step["rank"] = RankServed(mode, num_tokens, brought, batch.force_eager, idle).to_json()
@@ -535,13 +560,17 @@ def execute_model_dispatch(runner, num_tokens: int, uniform_decode: bool, force_
         ):
             runner._model_forward(input_ids=runner.input_ids.gpu[:num_tokens_padded],
                                   positions=runner.positions[:num_tokens_padded])
+    return num_reqs
 
 
 def propose_dispatch(drafter, num_tokens: int) -> None:
-    """``propose`` (llm_base_proposer.py:515-601): ``_determine_batch_execution_and_padding``, then
-    a forward context with no batch descriptor, so the wrappers see
-    ``BatchDescriptor(num_tokens=padded)`` (forward_context.py:324-325); under
-    ``torch.inference_mode()``, as ``sample_tokens`` is decorated. Mirrored: guarded by
+    """One pass of ``propose`` (33:v1/spec_decode/llm_base_proposer.py:511-720):
+    ``_determine_batch_execution_and_padding``, then a forward context with no batch descriptor, so
+    the wrappers see ``BatchDescriptor(num_tokens=padded)`` (forward_context.py:324-325); under
+    ``torch.inference_mode()``, as ``sample_tokens`` is decorated. The first pass is at the step's
+    token count (:570); on several DP ranks, with more than one draft token, the remaining passes
+    sync once at the request count (:668) and this one forward stands for their
+    ``num_speculative_tokens - 1``, which share its mode and descriptor. Mirrored: guarded by
     ``decisions.MIRRORED``."""
     import torch
 
