@@ -331,8 +331,9 @@ class _Step:
         proposes, an idle one runs the drafter's ``dummy_run`` inside its ``_dummy_run``; each of
         their DP syncs agrees the drafter's mode and padded count as the target's does, and rank 0's
         draft forwards are recorded: its first pass (``propose``) and its remaining passes
-        (``propose_decode``), whose forwards share one mode and descriptor, so one stands for them. Where the ranks' syncs differ in number the step stops on every rank
-        there (a hang); where a rank's re-dispatch asserts, that rank stops."""
+        (``propose_decode``), whose forwards share one mode and descriptor, so one stands for them.
+        Where the ranks' syncs differ in number the step stops on every rank there (a hang); where a
+        rank's re-dispatch asserts, that rank stops."""
         s, q = self.scenario, self.scenario.uniform_decode_query_len
         k = q - 1
         syncs = []
@@ -352,7 +353,7 @@ class _Step:
                 lambda n, uniform, valid: self.dispatch("drafter", n, valid_modes=valid),
                 tuple(rank[j] for rank in syncs), syncs_mode=self.policy.dp_syncs_mode)
             if drafts[0].raised is None:
-                self.forward("drafter", ("propose", "propose_decode")[j], drafts[0].mode,
+                self.forward("drafter", "propose" if j == 0 else "propose_decode", drafts[0].mode,
                              BatchDescriptor(drafts[0].desc.num_tokens))
             stopped = next((i for i, r in enumerate(drafts) if r.raised), None)
             if stopped is not None:
