@@ -26,8 +26,9 @@ def propose_batches(num_reqs: int, num_tokens: int, num_speculative_tokens: int)
 
 
 def dummy_run_syncs(num_speculative_tokens: int, is_graph_capturing: bool) -> int:
-    """How many DP syncs the drafter's ``dummy_run`` makes: one forward while capturing (or
-    drafting in parallel), else one per speculative token, syncing at ``fwd_idx <= 1``."""
+    """How many DP syncs the drafter's ``dummy_run`` makes: one forward while capturing, else one per
+    speculative token (parallel drafting, which forwards once, is not modelled), syncing at
+    ``fwd_idx <= 1``."""
     forwards = 1 if is_graph_capturing else num_speculative_tokens
     return min(forwards, 2)
 
