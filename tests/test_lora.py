@@ -13,6 +13,7 @@ import json
 import pytest
 
 from contract.core.classes import Severity, of_trace
+from contract.core.lora import lora_capture_cases
 from contract.core.events import START_UP, ExecuteModel, Propose, event_from_json, event_to_json
 from contract.core.properties import check
 from contract.core.scenario import DrafterKind, Runner, Scenario
@@ -32,9 +33,9 @@ def records(scenario, policy, events=SERVE):
 def test_capture_cases_and_the_dispatch_map_are_vllms():
     """``get_lora_capture_cases`` under the default ``cudagraph_specialize_lora``: 0 and N + 1, or with
     ``specialize_active_lora`` the powers of 2 up to N and N + 1; k adapters take the smallest case >= k."""
-    assert cgu.lora_capture_cases(0, False) == (0,)
-    assert cgu.lora_capture_cases(1, False) == (0, 2)
-    assert cgu.lora_capture_cases(3, True) == (0, 1, 2, 4)
+    assert lora_capture_cases(0, False) == (0,)
+    assert lora_capture_cases(1, False) == (0, 2)
+    assert lora_capture_cases(3, True) == (0, 1, 2, 4)
     assert [cgu.effective_loras((0, 1, 2, 4), k) for k in range(5)] == [0, 1, 2, 4, 4]
     assert [cgu.effective_loras((0, 2), k) for k in range(3)] == [0, 2, 2]
 
@@ -90,8 +91,8 @@ def test_a_batch_asks_for_no_more_adapters_than_max_loras_and_its_requests(tmp_p
         path.write_text(json.dumps({**data, "events": events}))
         with pytest.raises(TraceError, match=why):
             load(path)
-    with pytest.raises(ValueError, match="max_loras"):
-        Scenario(runner=Runner.MRV1, max_loras=1)
+    with pytest.raises(ValueError, match="LoRA is modelled on one DP rank"):
+        Scenario(runner=Runner.MRV1, max_loras=1, data_parallel_size=2)
     with pytest.raises(ValueError, match="specialize_active_lora needs LoRA"):
         Scenario(runner=Runner.MRV2, specialize_active_lora=True)
 

@@ -31,6 +31,7 @@ from contract.core.observation import Action, StepRecord
 from contract.core.properties import (
     ATTENTION_IN_SEGMENT,
     LORA_CASE,
+    LORA_SELECTED,
     MAMBA_BLOCKS,
     PADDED_REQUESTS,
     UBATCH_MIXED,
@@ -134,6 +135,8 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
                 else Severity.UNSUPPORTED_SHAPE)
     if p == "P9":
         return Severity.EAGER_FALLBACK if what == DUMMY_UNALIGNED else Severity.HANG
+    if p == "P5" and what == LORA_SELECTED:  # an illegal memory access at the first replay (vLLM #28334)
+        return Severity.CRASH_START_UP
     if p == "P2" or (p == "P5" and what == CROSS_MODE_REPLAY):
         return Severity.WRONG_RESULT
     if p in ("P4", "P5"):
@@ -197,7 +200,8 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         return d.role, d.runtime_mode.name, OUTSIDE_WINDOW if raised else OUTSIDE_WINDOW_SILENT
     if v.property == "P5":
         replayed_elsewhere = any(a.action is Action.REPLAYED for a in d.acting)
-        return d.role, d.runtime_mode.name, CROSS_MODE_REPLAY if replayed_elsewhere else RECAPTURE
+        return d.role, d.runtime_mode.name, (LORA_SELECTED if LORA_SELECTED in v.message else CROSS_MODE_REPLAY
+                                             if replayed_elsewhere else RECAPTURE)
     if v.property == "P7":
         what = (LORA_CASE_SHORT if LORA_CASE in v.message
                 else ATTENTION_CAPTURED if ATTENTION_IN_SEGMENT in v.message

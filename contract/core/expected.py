@@ -13,14 +13,18 @@ FAILS: dict[str, frozenset[str]] = {
     # Every MRV1 revision micro-batching on several DP ranks under cudagraph_mode FULL: UBatchWrapper
     # captures a mixed step's micro-batches when serving, with no capture flag to stop it (P4), and
     # replays that graph for the next mixed step of its count, split at other requests (P7).
-    "vllm_0_29": frozenset({"P0", "P1", "P3", "P4", "P7"}),
+    # Every MRV1 revision with --enable-lora --specialize-active-lora beside EAGLE's drafter: memory
+    # profiling captures only the two largest LoRA cases of each mode, where the drafter's dummy run
+    # runs eagerly (vLLM #28334's mitigation), so the KV cache is sized without the drafter's graphs
+    # capture_model then captures in the cases without adapters (P10).
+    "vllm_0_29": frozenset({"P0", "P1", "P3", "P4", "P7", "P10"}),
     # the drafter under a FULL target, and PIECEWISE after a late FULL -> FULL_AND_PIECEWISE
     # upgrade, reach no capturer (P1); micro-batching under FULL as every MRV1 revision (P4, P7).
-    "pr56312_draft": frozenset({"P1", "P4", "P7"}),
+    "pr56312_draft": frozenset({"P1", "P4", "P7", "P10"}),
     # spec §12.1's three leads: breakable + micro-batching and compiled-under-FULL-then-upgraded give
     # PIECEWISE no capturer (P1); breakable + FULL target + drafter captures outside the window (P4),
     # where the capture guard stops vLLM when serving (P0).
-    "vllm_0_30": frozenset({"P0", "P1", "P4", "P7"}),
+    "vllm_0_30": frozenset({"P0", "P1", "P4", "P7", "P10"}),
     # MRV2, both releases: compiled under FULL, resolved (or rewritten by adaptive verification) to
     # FULL_AND_PIECEWISE: target PIECEWISE has no capturer (lead L1); a draft model without an active
     # @support_torch_compile submodule under a compiled target: draft PIECEWISE has no capturer (L2).

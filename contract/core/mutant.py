@@ -80,6 +80,11 @@ def micro_batched(scenario) -> bool:
     return scenario.ubatching and scenario.data_parallel_size > 1
 
 
+def lora_beside_drafter(scenario) -> bool:
+    """LoRA beside a drafter with a model: the drafter's capture runs inside the target's LoRA cases."""
+    return lora(scenario) and draft_model(scenario)
+
+
 def drafting_on_ranks(scenario) -> bool:
     """A drafter with a model on several DP ranks: each rank's drafting makes DP syncs of its own."""
     return draft_model(scenario) and scenario.data_parallel_size > 1

@@ -77,6 +77,9 @@ class Dispatch:
     # A breakable capture under PIECEWISE ran the attention op inside a graph segment instead of
     # breaking the graph at it (no ``eager_break_during_capture`` on the op).
     attention_captured: bool = False
+    # The dummy LoRA adapters ``capture_model`` had selected when a capture-phase forward ran
+    # (``maybe_select_dummy_loras``, ``33:v1/worker/lora_model_runner_mixin.py:152-256``); 0: none.
+    selected_loras: int = 0
 
     @property
     def acting(self) -> tuple[LayerAction, ...]:
@@ -102,6 +105,8 @@ class Dispatch:
             out["spec_step_idx"] = self.spec_step_idx
         if self.attention_captured:
             out["attention_captured"] = True
+        if self.selected_loras:
+            out["selected_loras"] = self.selected_loras
         if self.error:
             out["error"] = self.error
         return out

@@ -120,8 +120,20 @@ def capture_legality(scenario: Scenario, runner: Runner, d: Dispatch) -> str | N
     return None
 
 
+LORA_SELECTED = "captured with dummy LoRA adapters its key does not name"
+
+
 def replay_stability(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    """A graph replays only what it was captured for: its mode and key, outside profiling's
+    discarded pool, and the LoRA adapters of its key. A capture run with ``capture_model``'s dummy
+    adapters selected (``maybe_dummy_run_with_lora``) records them into a graph whose key names none
+    (a drafter's: it dispatches without adapters), which is then replayed without them (vLLM #28334:
+    an illegal memory access)."""
     for a in d.acting:
+        if (a.action is Action.CAPTURED and d.selected_loras
+                and not getattr(d.batch_descriptor, "num_active_loras", 0)):
+            return (f"{_where(d)}: {a.layer} {LORA_SELECTED} ({d.selected_loras} selected by the capture run); "
+                    "it is replayed without them")
         if (a.action is Action.REPLAYED and a.entry_context == "profile_cudagraph_memory"
                 and d.context != "profile_cudagraph_memory"):
             return (f"{_where(d)}: {a.layer} replayed a graph captured during memory profiling, whose pool "

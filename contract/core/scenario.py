@@ -141,12 +141,12 @@ class Scenario:
     # ALWAYS; None: every stage holds it.
     pipeline_parallel_size: int = 1
     attention_support_stage: int | None = None
-    # --enable-lora --max-loras N (MRV2; 0: LoRA off). The target's graphs are captured per LoRA case
-    # (``get_lora_capture_cases`` under vLLM's default ``cudagraph_specialize_lora``,
-    # ``34:v1/worker/gpu/lora_utils.py:20-35``): 0 and N + 1, or with ``--specialize-active-lora``
-    # 0, the powers of 2 up to N and N + 1 (``get_captured_lora_counts``, ``34:lora/utils.py:57-70``);
-    # a batch of k active adapters takes the smallest case >= k (``_build_lora_dispatch_map``,
-    # ``34:v1/worker/gpu/cudagraph_utils.py:236-260``). Each ``execute_model`` names its k.
+    # --enable-lora --max-loras N (both runners; 0: LoRA off). The target's graphs are captured per
+    # LoRA case under vLLM's default ``cudagraph_specialize_lora`` (``contract/core/lora.py``): 0 and
+    # N + 1, or with ``--specialize-active-lora`` 0, the powers of 2 up to N and N + 1; a batch of k
+    # active adapters takes the smallest case >= k (MRV2's ``_build_lora_dispatch_map``,
+    # ``34:v1/worker/gpu/cudagraph_utils.py:236-260``; MRV1's ``dispatch``,
+    # ``33:v1/cudagraph_dispatcher.py:281-298``). Each ``execute_model`` names its k.
     max_loras: int = 0
     specialize_active_lora: bool = False
     # A hybrid model (Mamba or GDN layers beside attention; MRV2): the Mamba cache's blocks, one per
@@ -308,7 +308,7 @@ RUNNER_SCOPE = {
     Runner.MRV1: {"max_uniform_decode_query_len": 3,
                   "unmodelled": tuple(f for f in OPTIONAL_FIELDS
                                       if f not in ("data_parallel_size", "attention_support_draft_only", "speculator",
-                                                   "ubatch_size"))},
+                                                   "ubatch_size", "max_loras", "specialize_active_lora"))},
     Runner.MRV2: {"max_uniform_decode_query_len": 3, "unmodelled": ()},
 }
 

@@ -63,7 +63,8 @@ def _dispatch(data: dict, capture_phase_graphs: set, descriptor_from_json) -> Di
     return Dispatch(data["role"], data["context"], mode, desc, tuple(layers), bool(data.get("capture_phase")),
                     capturing_enabled=True, ran_eager=bool(data.get("ran_eager")), error=data.get("error"),
                     previously_captured=(data["role"], mode, desc) in capture_phase_graphs,
-                    attention_captured=bool(data.get("attention_captured")))
+                    attention_captured=bool(data.get("attention_captured")),
+                    selected_loras=data.get("selected_loras", 0))
 
 
 def records(steps: list[dict], events: list[Event], descriptor_from_json, *, profiling_skipped: bool) -> list[StepRecord]:

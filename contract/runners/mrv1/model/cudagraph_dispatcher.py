@@ -3,8 +3,10 @@ an immutable dispatcher state, and the drafter's mode mapping (spec §6, §7).""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from itertools import product
 
 from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
 from contract.core.forward_context import BatchDescriptor
@@ -22,6 +24,9 @@ class DispatcherState:
     keys: frozenset[tuple[CUDAGraphMode, BatchDescriptor]] = frozenset()
     cudagraph_capture_sizes: tuple[int, ...] = ()
     max_cudagraph_capture_size: int | None = None
+    # ``_get_lora_cases`` (``:110-128``): ``(0,)`` without LoRA; both the target's and the drafter's
+    # dispatcher read the same ``lora_config``, but the drafter dispatches without adapters
+    lora_cases: tuple[int, ...] = (0,)
 
 
 def padded_size(num_tokens: int, capture_sizes: tuple[int, ...]) -> int:
@@ -29,14 +34,17 @@ def padded_size(num_tokens: int, capture_sizes: tuple[int, ...]) -> int:
     return min(s for s in capture_sizes if s >= num_tokens) if num_tokens else 0
 
 
-def _padded_batch_descriptor(d: DispatcherState, num_tokens: int, uniform_decode: bool) -> BatchDescriptor:
-    """``_create_padded_batch_descriptor`` (``:130-154``); uses the ``__init__`` query length."""
+def _padded_batch_descriptor(d: DispatcherState, num_tokens: int, uniform_decode: bool,
+                             num_active_loras: int = 0) -> BatchDescriptor:
+    """``_create_padded_batch_descriptor`` (``:130-154``); uses the ``__init__`` query length.
+    ``has_lora`` is ``num_active_loras > 0`` wherever vLLM builds one."""
     padded = padded_size(num_tokens, d.cudagraph_capture_sizes)
+    lora = {"has_lora": num_active_loras > 0, "num_active_loras": num_active_loras}
     if uniform_decode and d.cudagraph_mode.has_mode(FULL):
         if padded % d.uniform_decode_query_len != 0:
             raise AssertionError("num_tokens_padded % uniform_decode_query_len != 0")
-        return BatchDescriptor(padded, min(padded // d.uniform_decode_query_len, MAX_NUM_SEQS), True)
-    return BatchDescriptor(padded, min(padded, MAX_NUM_SEQS), False)
+        return BatchDescriptor(padded, min(padded // d.uniform_decode_query_len, MAX_NUM_SEQS), True, **lora)
+    return BatchDescriptor(padded, min(padded, MAX_NUM_SEQS), False, **lora)
 
 
 def initialize_cudagraph_keys(
@@ -45,8 +53,9 @@ def initialize_cudagraph_keys(
     capture_sizes: tuple[int, ...],
     uniform_decode_query_len: int = 1,
 ) -> DispatcherState:
-    """``initialize_cudagraph_keys`` (``:164-231``). Keys are added to the existing sets, never
-    replaced: only ``profile_cudagraph_memory`` clears them."""
+    """``initialize_cudagraph_keys`` (``:164-231``): every key once per LoRA case
+    (``product(sizes, lora_cases)``). Keys are added to the existing sets, never replaced: only
+    ``profile_cudagraph_memory`` clears them."""
     d = replace(
         d,
         cudagraph_mode=cudagraph_mode,
@@ -58,16 +67,16 @@ def initialize_cudagraph_keys(
     keys = set(d.keys)
     mixed = cudagraph_mode.mixed_mode()
     if mixed != NONE:
-        for size in capture_sizes:
-            desc = _padded_batch_descriptor(d, size, False)
+        for size, loras in product(capture_sizes, d.lora_cases):
+            desc = _padded_batch_descriptor(d, size, False, loras)
             if mixed == PIECEWISE:
                 desc = replace(desc, num_reqs=None, uniform=False)
             keys.add((mixed, desc))
     if cudagraph_mode.decode_mode() == FULL and cudagraph_mode.separate_routine():
         q = uniform_decode_query_len
-        for size in capture_sizes:
+        for size, loras in product(capture_sizes, d.lora_cases):
             if q <= size <= q * MAX_NUM_SEQS:
-                keys.add((FULL, _padded_batch_descriptor(d, size, True)))
+                keys.add((FULL, _padded_batch_descriptor(d, size, True, loras)))
     return replace(d, keys=frozenset(keys), keys_initialized=True)
 
 
@@ -82,8 +91,11 @@ def dispatch(
     uniform_decode: bool = False,
     valid_modes: Iterable[CUDAGraphMode] | None = None,
     invalid_modes: Iterable[CUDAGraphMode] | None = None,
+    num_active_loras: int = 0,
 ) -> tuple[CUDAGraphMode, BatchDescriptor]:
-    """``dispatch`` (``:233-322``)."""
+    """``dispatch`` (``:233-322``). A batch of k active adapters looks up the smallest captured
+    LoRA case >= k (``bisect_left`` over ``captured_lora_counts``, ``:281-298``; without
+    ``specialize_active_lora`` the one case is ``max_loras + 1``, the same lookup)."""
     allowed = set(valid_modes or CUDAGraphMode.valid_runtime_modes())
     if invalid_modes:
         allowed -= set(invalid_modes)
@@ -97,8 +109,11 @@ def dispatch(
         or allowed <= {NONE}
     ):
         return NONE, BatchDescriptor(num_tokens)
+    captured = sorted(c for c in d.lora_cases if c)
+    i = bisect_left(captured, num_active_loras)
+    loras = captured[i] if num_active_loras > 0 and i < len(captured) else num_active_loras
     uniform = uniform_decode and d.cudagraph_mode.separate_routine()
-    desc = _padded_batch_descriptor(d, num_tokens, uniform)
+    desc = _padded_batch_descriptor(d, num_tokens, uniform, loras)
     if FULL in allowed and (FULL, desc) in d.keys:
         return FULL, desc
     relaxed = replace(desc, num_reqs=None, uniform=False)
@@ -110,12 +125,14 @@ def dispatch(
 
 
 def get_capture_descs(d: DispatcherState) -> list[tuple[CUDAGraphMode, list[BatchDescriptor]]]:
-    """``get_capture_descs`` (``:324-348``): PIECEWISE first, then FULL, largest first."""
+    """``get_capture_descs`` (``:324-348``): PIECEWISE first, then FULL, largest first, the largest
+    LoRA case first within a size."""
     if not d.keys_initialized or d.cudagraph_mode == NONE:
         return []
     out = []
     for mode in (PIECEWISE, FULL):
-        descs = sorted((desc for m, desc in d.keys if m == mode), key=lambda b: b.num_tokens, reverse=True)
+        descs = sorted((desc for m, desc in d.keys if m == mode), key=lambda b: (b.num_tokens, b.num_active_loras),
+                       reverse=True)
         if descs:
             out.append((mode, descs))
     return out

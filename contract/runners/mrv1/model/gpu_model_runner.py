@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from contract.core.forward_context import BatchDescriptor
 from contract.core.halts import CAPTURE_GUARD_ERROR, NESTED_BREAKABLE_ERROR
+from contract.core.lora import lora_capture_cases
 from contract.runners.mrv1.model.cudagraph_dispatcher import DispatcherState, clear_keys, get_capture_descs
 from contract.core.events import CaptureModel, Event, ExecuteModel, LoadModel, ProfileCudagraphMemory, ProfileRun, Propose, Resolve
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
@@ -85,14 +86,15 @@ class RunnerState:
 def initial_state(scenario: Scenario, policy: Policy) -> RunnerState:
     """``VllmConfig.__post_init__`` and the runner's constructor: dispatchers built, keys empty."""
     q = scenario.uniform_decode_query_len
-    drafter = DispatcherState(q) if scenario.drafter is DrafterKind.WITH_MODEL else None
+    target = DispatcherState(q, lora_cases=lora_capture_cases(scenario.max_loras, scenario.specialize_active_lora))
+    drafter = replace(target) if scenario.drafter is DrafterKind.WITH_MODEL else None
     try:
         config = policy.normalise(scenario, policy.config_revision)
     except ConfigRejected as exc:
         if exc.assertion:
-            return RunnerState(None, NONE, (), DispatcherState(q), drafter, config_error=exc.halted)
-        return RunnerState(None, NONE, (), DispatcherState(q), drafter, halted=exc.halted)
-    return RunnerState(config, config.cudagraph_mode, config.cudagraph_capture_sizes, DispatcherState(q), drafter)
+            return RunnerState(None, NONE, (), target, drafter, config_error=exc.halted)
+        return RunnerState(None, NONE, (), target, drafter, halted=exc.halted)
+    return RunnerState(config, config.cudagraph_mode, config.cudagraph_capture_sizes, target, drafter)
 
 
 def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event) -> bool:
@@ -121,7 +123,7 @@ def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event
         if len(event.peers) != scenario.data_parallel_size - 1 or any(
                 p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
             return False  # _is_uniform_decode: num_tokens == q * num_reqs
-        return state.captured and not event.num_active_loras  # no LoRA in the modelled MRV1 space
+        return state.captured
     if isinstance(event, Propose):
         # on several ranks the draft step is part of ExecuteModel: every rank drafts in it
         return state.captured and scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1
@@ -263,6 +265,7 @@ class _Step:
         self.scenario, self.policy, self.state = scenario, policy, state
         self.dispatches: list[Dispatch] = []
         self.capture_phase = False
+        self.selected_loras = 0  # the dummy adapters a capture-phase _dummy_run selected
         self.changes: list[str] = []
 
     def set(self, note: str | None = None, **changes) -> None:
@@ -292,6 +295,7 @@ class _Step:
                 error=walk.error,
                 previously_captured=(role, mode, desc) in state.graphs,
                 attention_captured=walk.attention_captured,
+                selected_loras=self.selected_loras if self.capture_phase else 0,
             )
         )
         if walk.completed:
@@ -309,7 +313,8 @@ class _Step:
         batches = (own, *(rank_batch(q, True, False, q) if p.idle else
                           rank_batch(p.num_tokens, p.uniform_decode, p.force_eager, q) for p in event.peers))
         runs = dp_utils.determine_batch_execution_and_padding(
-            lambda n, uniform, valid: self.dispatch("target", n, uniform, valid_modes=valid), batches,
+            lambda n, uniform, valid: self.dispatch("target", n, uniform, valid_modes=valid,
+                                                    num_active_loras=event.num_active_loras), batches,
             ubatching=self.ubatching(), syncs_mode=self.policy.dp_syncs_mode)
         if runs[0].raised is None:
             self.forward("target", "execute_model", runs[0].mode, runs[0].desc)
@@ -376,9 +381,12 @@ class _Step:
         batches = (dp_utils.RankBatch(0, num_tokens, uniform, allow_microbatching=allow_microbatching),) * size
         return u.num_ubatches if size > 1 and dp_utils.should_ubatch(u, batches, [num_tokens]) else 1
 
-    def dispatch(self, role: str, num_tokens: int, uniform: bool = False, valid_modes=None):
+    def dispatch(self, role: str, num_tokens: int, uniform: bool = False, valid_modes=None, num_active_loras: int = 0):
+        """The role's dispatcher; the target's with the batch's active adapters
+        (``len(input_batch.lora_id_to_lora_request)``, ``33:v1/worker/gpu_model_runner.py:3720-3734``),
+        the drafter's with none (``llm_base_proposer.py:1778-1781``)."""
         d = self.state.drafter_dispatcher if role == "drafter" else self.state.target_dispatcher
-        return self.policy.dispatch(d, num_tokens, uniform, valid_modes=valid_modes)
+        return self.policy.dispatch(d, num_tokens, uniform, valid_modes=valid_modes, num_active_loras=num_active_loras)
 
     def resolve(self) -> None:
         """``_check_and_update_cudagraph_mode`` (``gpu_model_runner.py:6760-6815``)."""
@@ -433,16 +441,19 @@ class _Step:
 
     def capture_descs(self, limit: int | None, context: str) -> None:
         """``_capture_cudagraphs`` → ``_warmup_and_capture`` per descriptor: the capture run
-        ``_dummy_run(is_graph_capturing=True)`` re-dispatches and asserts the mode
-        (``gpu_model_runner.py:5993-5998``), then the drafter's ``dummy_run`` with
-        ``use_cudagraphs = mode == PIECEWISE and not spec enforce_eager`` (``:6204-6227``).
-        Warm-up runs are NONE dispatches and are not recorded."""
+        ``_dummy_run(is_graph_capturing=True, num_active_loras=desc.num_active_loras)`` selects the
+        descriptor's dummy LoRA adapters around both forwards (``maybe_dummy_run_with_lora``, at most
+        ``max_loras`` of them, ``33:v1/worker/gpu_model_runner.py:5707-5713``), re-dispatches and
+        asserts the mode (``:5993-5998``), then runs the drafter's ``dummy_run`` with the policy's
+        ``use_cudagraphs`` (``:5808-5838``). Warm-up runs are NONE dispatches and are not recorded."""
         s = self.scenario
         for mode, descs in get_capture_descs(self.state.target_dispatcher):
             for desc in descs[:limit]:
                 if self.state.halted:
                     return
-                got_mode, got_desc = self.dispatch("target", desc.num_tokens, desc.uniform)
+                self.selected_loras = min(desc.num_active_loras, s.max_loras)
+                got_mode, got_desc = self.dispatch("target", desc.num_tokens, desc.uniform,
+                                                   num_active_loras=desc.num_active_loras)
                 if got_mode != mode:
                     self.set(halted=f"AssertionError: Cudagraph runtime mode mismatch in dummy_run: {got_mode.name}")
                     return
@@ -453,7 +464,8 @@ class _Step:
                 self.forward("target", context, got_mode, replace(got_desc, num_ubatches=ubatches))
                 if self.state.halted or s.drafter is not DrafterKind.WITH_MODEL:
                     continue
-                use_cudagraphs = self.policy.drafter_dummy_use_cudagraphs(True, mode, s.spec_enforce_eager)
+                use_cudagraphs = self.policy.drafter_dummy_use_cudagraphs(True, mode, s.spec_enforce_eager,
+                                                                          desc.num_active_loras)
                 dmode, ddesc = self.dispatch("drafter", desc.num_tokens, valid_modes=None if use_cudagraphs else {NONE})
                 self.forward("drafter", context, dmode, BatchDescriptor(ddesc.num_tokens))
 

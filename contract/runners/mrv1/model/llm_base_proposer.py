@@ -34,16 +34,18 @@ def dummy_run_syncs(num_speculative_tokens: int, is_graph_capturing: bool) -> in
 
 
 def dummy_run_use_cudagraphs(is_graph_capturing: bool, cudagraph_runtime_mode: CUDAGraphMode,
-                             spec_enforce_eager: bool) -> bool:
-    """``_dummy_run``'s ``use_cudagraphs`` for the drafter (``33:v1/worker/gpu_model_runner.py:5808-5822``):
+                             spec_enforce_eager: bool, num_active_loras: int = 0) -> bool:
+    """``_dummy_run``'s ``use_cudagraphs`` for the drafter (``33:v1/worker/gpu_model_runner.py:5808-5831``):
     while capturing, only beside the target's PIECEWISE graphs; otherwise beside any graph the step
     runs, so an idle rank's dummy drafter agrees a graph with a busy rank's propose (vLLM #30119);
-    never under ``speculative_config.enforce_eager``."""
+    never under ``speculative_config.enforce_eager``, nor in a run with dummy LoRA adapters under
+    ``cudagraph_specialize_lora`` (vLLM's default): the drafter's key names no adapter, so a graph
+    captured there would be replayed without them (vLLM #28334)."""
     if is_graph_capturing:
         use = cudagraph_runtime_mode == PIECEWISE
     else:
         use = cudagraph_runtime_mode != NONE
-    return use and not spec_enforce_eager
+    return use and not spec_enforce_eager and not num_active_loras
 
 
 def out_of_phase(counts: list[int]) -> str:

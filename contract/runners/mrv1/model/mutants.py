@@ -13,12 +13,14 @@ from contract.core.mutant import (
     breakable,
     draft_only_backend,
     drafting_on_ranks,
+    lora_beside_drafter,
     micro_batched,
     on_ranks,
     replacing,
     speculative,
 )
 from contract.runners.mrv1.model import cudagraph_dispatcher as dispatcher
+from contract.runners.mrv1.model import llm_base_proposer as proposer
 from contract.runners.mrv1.model.wrappers import (
     BreakableCUDAGraphWrapper,
     CUDAGraphWrapper,
@@ -81,19 +83,28 @@ def _dummy_run_one_forward(num_speculative_tokens: int, is_graph_capturing: bool
     return 1
 
 
-def _mislabel_piecewise_as_full(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
-    mode, desc = dispatcher.dispatch(d, num_tokens, uniform_decode, valid_modes, invalid_modes)
+def _drafter_graphs_in_lora_runs(is_graph_capturing, cudagraph_runtime_mode, spec_enforce_eager,
+                                 num_active_loras=0):
+    """The dummy run before vLLM #28334's mitigation: the drafter takes its graph in every LoRA case."""
+    return proposer.dummy_run_use_cudagraphs(is_graph_capturing, cudagraph_runtime_mode, spec_enforce_eager)
+
+
+def _mislabel_piecewise_as_full(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None,
+                                num_active_loras=0):
+    mode, desc = dispatcher.dispatch(d, num_tokens, uniform_decode, valid_modes, invalid_modes, num_active_loras)
     return (FULL, desc) if mode == PIECEWISE else (mode, desc)
 
 
-def _size_limit_inclusive(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
+def _size_limit_inclusive(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None,
+                          num_active_loras=0):
     if d.max_cudagraph_capture_size is not None and num_tokens >= d.max_cudagraph_capture_size:
         return NONE, BatchDescriptor(num_tokens)
-    return dispatcher.dispatch(d, num_tokens, uniform_decode, valid_modes, invalid_modes)
+    return dispatcher.dispatch(d, num_tokens, uniform_decode, valid_modes, invalid_modes, num_active_loras)
 
 
-def _uniform_never_padded(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None):
-    return dispatcher.dispatch(d, num_tokens, False, valid_modes, invalid_modes)
+def _uniform_never_padded(d, num_tokens, uniform_decode=False, valid_modes=None, invalid_modes=None,
+                          num_active_loras=0):
+    return dispatcher.dispatch(d, num_tokens, False, valid_modes, invalid_modes, num_active_loras)
 
 
 def _drafter_full_to_none(target_mode, spec_enforce_eager):
@@ -272,6 +283,14 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P0', 'P9']),
            build=replacing(drafter_dummy_syncs=_dummy_run_one_forward),
            reaches=drafting_on_ranks),
+    Mutant("drafter_graphs_in_lora_runs", "vllm_0_30", "lora",
+           "the drafter's dummy run takes its graph in capture_model's runs with dummy LoRA adapters too "
+           "(vLLM #28334, before its mitigation): the drafter's key names no adapter, so its PIECEWISE graph "
+           "of a size is captured in the largest LoRA case's run and replayed in the others' and for every "
+           "batch once the adapters are gone (an illegal memory access in vLLM's report)",
+           kills=frozenset(['P5']),
+           build=replacing(drafter_dummy_use_cudagraphs=_drafter_graphs_in_lora_runs),
+           reaches=lora_beside_drafter),
     Mutant("dp_mode_not_synced", "vllm_0_30", "ranks",
            "coordinate_batch_across_dp agrees the padded token count alone (before vLLM's cudagraph_mode "
            "sync): each rank re-dispatches in its own mode, so a rank that runs eagerly beside one that "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from contract.core.events import START_UP, ExecuteModel, Propose, on_ranks
+from contract.core.events import START_UP, ExecuteModel, Propose, batch_requests, on_ranks
+from contract.core.lora import LORA_SETTINGS
 from contract.core.modes import (
     FULL,
     FULL_AND_PIECEWISE,
@@ -18,6 +19,7 @@ from contract.core.modes import (
 )
 from contract.core.scenario import (
     MAX_DATA_PARALLEL_SIZE,
+    MAX_NUM_SEQS,
     MAX_UBATCH_SIZE,
     NUM_TOKENS_DOMAIN,
     ConfigRejected,
@@ -33,13 +35,17 @@ from contract.runners.mrv1.model.cudagraph_dispatcher import normalise
 
 def alphabet(scenario: Scenario) -> tuple:
     """Every event the runner could take, batch sizes by class; on several DP ranks every step the
-    ranks can bring (``on_ranks``), whose every rank drafts in it where there is a drafter."""
+    ranks can bring (``on_ranks``), whose every rank drafts in it where there is a drafter; with LoRA
+    each batch also with every count of active adapters its requests can ask for."""
     q = scenario.uniform_decode_query_len
     batches = [(n, uniform, eager) for n in NUM_TOKENS_DOMAIN for uniform in (False, True)
                if not uniform or n % q == 0 for eager in (False, True)]
     if scenario.data_parallel_size > 1:
         return START_UP + on_ranks(batches, scenario.data_parallel_size)
-    return START_UP + tuple(ExecuteModel(*b) for b in batches) + tuple(Propose(n) for n in NUM_TOKENS_DOMAIN)
+    serving = [ExecuteModel(*b) for b in batches]
+    serving += [ExecuteModel(n, uniform, eager, num_active_loras=k) for n, uniform, eager in batches
+                for k in range(1, min(scenario.max_loras, batch_requests(ExecuteModel(n, uniform), q, MAX_NUM_SEQS)) + 1)]
+    return START_UP + tuple(serving) + tuple(Propose(n) for n in NUM_TOKENS_DOMAIN)
 
 
 def _weighted(*pairs):
@@ -65,6 +71,9 @@ _DBO_MODE = st.sampled_from((FULL_AND_PIECEWISE, FULL_AND_PIECEWISE, FULL_DECODE
 _DBO_RANKS = st.sampled_from((2, 2, 2, 3, 4))
 _UBATCH_SIZE = st.sampled_from((0, MAX_UBATCH_SIZE))  # two micro-batches and three alike
 _DRAFT_RANKS = st.sampled_from((2, 2, 2, 3, 4))
+# A drafting lane on one rank that is not micro-batching: one rank (2 in 4), LoRA (1 in 4, its setting
+# read off the query length, so no draw of its own) or several ranks (1 in 4, as True was of _RARE)
+_DRAFT_LANE = st.sampled_from(("one rank", "one rank", "one rank", "ranks"))
 
 
 @st.composite
@@ -103,8 +112,11 @@ def scenarios(draw) -> Scenario:
                       ubatch_size=draw(_UBATCH_SIZE))
     # EAGLE's drafter on several ranks in one lane in four with one taking graphs, not micro-batching
     # (drawn last, as the draft-only backend; the explorer has an eager drafter on two ranks)
-    if drafter is DrafterKind.WITH_MODEL and not ubatching and not fields["spec_enforce_eager"] and draw(_RARE):
+    drafting = drafter is DrafterKind.WITH_MODEL and not ubatching and not fields["spec_enforce_eager"]
+    if drafting and draw(_RARE):
         fields.update(data_parallel_size=draw(_DRAFT_RANKS))
+    elif drafting and draw(_RARE):  # LoRA in one of the other lanes in four, its setting read off q
+        fields.update(zip(("max_loras", "specialize_active_lora"), LORA_SETTINGS[fields["uniform_decode_query_len"] > 2]))
     return Scenario(**fields, attention_support_draft_only=draft_only)
 
 
@@ -117,13 +129,15 @@ def behaviour_key(scenario: Scenario, revision: ConfigRevision) -> tuple:
         config = str(exc)
     return (scenario.runner, scenario.breakable, scenario.ubatching, config, scenario.drafter,
             scenario.attention_support, scenario.spec_enforce_eager, scenario.uniform_decode_query_len,
-            scenario.data_parallel_size, scenario.attention_support_draft_only, scenario.ubatch_size)
+            scenario.data_parallel_size, scenario.attention_support_draft_only, scenario.ubatch_size,
+            scenario.max_loras, scenario.specialize_active_lora)
 
 
 def canonical_scenarios_of(revision: ConfigRevision = ConfigRevision.V0_30) -> list[Scenario]:
     """One scenario per behaviour class, the first (most default-like) of each, in order."""
     seen: dict[tuple, Scenario] = {}
-    for s in [*all_scenarios(Runner.MRV1), *on_two_ranks(), *micro_batched_on_two_ranks(), *drafting_on_two_ranks()]:
+    for s in [*all_scenarios(Runner.MRV1), *on_two_ranks(), *micro_batched_on_two_ranks(), *drafting_on_two_ranks(),
+              *with_lora()]:
         seen.setdefault(behaviour_key(s, revision), s)
     return list(seen.values())
 
@@ -140,6 +154,15 @@ def drafting_on_two_ranks() -> list[Scenario]:
                      uniform_decode_query_len=q, spec_enforce_eager=eager)
             for mode in CUDAGraphMode for q in (2, 3) for eager in (False, True)
             if not eager or mode == FULL_AND_PIECEWISE]
+
+
+def with_lora() -> list[Scenario]:
+    """LoRA on one rank: every mode, without a drafter and with EAGLE's (whose capture runs sit inside
+    the target's LoRA cases), at each of ``LORA_SETTINGS``, the rest at vLLM's defaults."""
+    return [Scenario(runner=Runner.MRV1, cudagraph_mode=mode, drafter=drafter, uniform_decode_query_len=q,
+                     max_loras=loras, specialize_active_lora=specialize)
+            for mode in CUDAGraphMode for drafter, q in ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2))
+            for loras, specialize in LORA_SETTINGS]
 
 
 def micro_batched_on_two_ranks() -> list[Scenario]:

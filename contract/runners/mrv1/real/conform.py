@@ -27,7 +27,7 @@ from contract.core.scenario import (
 from contract.core.sizes import grid
 from contract.core.trace import Trace, TraceError
 from contract.real.sizes import conformance as size_conformance
-from contract.runners.mrv1.model.space import drafting_on_two_ranks, micro_batched_on_two_ranks, on_two_ranks
+from contract.runners.mrv1.model.space import drafting_on_two_ranks, micro_batched_on_two_ranks, on_two_ranks, with_lora
 from contract.runners.mrv1.real import sizes
 
 
@@ -37,7 +37,7 @@ def scenarios() -> Iterator[Scenario]:
     then a weaker draft-only backend (``attention_support_draft_only``) under every mode, compilation,
     splitting and breakable setting; then the draft model's proposer (``method: draft_model``) under
     every mode, compilation, splitting and breakable setting; then two ranks micro-batching under
-    every mode; then two ranks drafting with EAGLE."""
+    every mode; then two ranks drafting with EAGLE; then LoRA on one rank."""
     fields = itertools.product(
         (False, True), (False, True), CUDAGraphMode, CompilationMode, SplittingOps, AttentionCGSupport,
     )
@@ -59,6 +59,7 @@ def scenarios() -> Iterator[Scenario]:
     yield from draft_model_scenarios()
     yield from micro_batched_on_two_ranks()
     yield from drafting_on_two_ranks()
+    yield from with_lora()
 
 
 def draft_model_scenarios() -> Iterator[Scenario]:

@@ -11,7 +11,9 @@ globals (``set_forward_context``, ``graph_capture``, ``maybe_create_ubatch_slice
 What the stand-in supplies itself is infrastructure that decides nothing about CUDA graphs
 (``INFRASTRUCTURE``): the KV-cache allocation for profiling, attention-metadata buffers, slot
 mappings, the sampler's dummy run, device synchronisation. Each returns what the real one does
-when there is no KV cache, no LoRA, no multimodal input and one rank: nothing to do.
+when there is no KV cache, no multimodal input and one rank: nothing to do. With ``--enable-lora``
+the dummy adapters are vLLM's ``LoRAModelRunnerMixin``'s, over a stand-in adapter manager
+(``contract/real/lora.py``).
 
 vLLM's parallel state is given world-size-1 groups (``contract/real/parallel_state.py``) built from vLLM's
 own ``GroupCoordinator`` class without ``torch.distributed``, so ``graph_capture()`` and
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import types
+
+from contract.real.lora import LoRAManager
 
 # The installed GPUModelRunner's functions the stand-in runs unchanged: those that decide
 # something about CUDA graphs (each a decision point, ``decisions.py``), then the helpers they call.
@@ -153,7 +157,7 @@ def build(cls, vllm_config, *, device, dispatcher, attention_backends, max_num_t
         parallel_config=vllm_config.parallel_config,
         scheduler_config=vllm_config.scheduler_config,
         speculative_config=vllm_config.speculative_config,
-        lora_config=None,
+        lora_config=vllm_config.lora_config,
         # Only what tqdm reads: no progress bar per captured size.
         load_config=types.SimpleNamespace(use_tqdm_on_load=False),
         device=device,
@@ -190,4 +194,6 @@ def build(cls, vllm_config, *, device, dispatcher, attention_backends, max_num_t
         ),
         attention_backends=attention_backends,
     )
+    if vllm_config.lora_config is not None:  # load_lora_model's manager (lora_model_runner_mixin.py:43-66)
+        runner.lora_manager = LoRAManager()
     return runner

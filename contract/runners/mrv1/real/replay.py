@@ -281,6 +281,9 @@ class RealRun:
             "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens, context.ubatch_slices),
             **self.recorder.dispatch_fields(self.capture_phase),
         }
+        selected = getattr(getattr(self.runner, "lora_manager", None), "selected", 0)
+        if selected and self.capture_phase:
+            dispatch["selected_loras"] = selected
         if error:
             dispatch["error"] = error
         if self.session.device == "cuda":
@@ -472,6 +475,7 @@ class RealRun:
 
             Worker.execute_dummy_batch(types.SimpleNamespace(model_runner=self.runner, randomize_dummy_inputs=False))
         else:
+            self.runner.input_batch.lora_id_to_lora_request = adapters(event.num_active_loras)
             num_reqs = execute_model_dispatch(self.runner, batch.num_tokens, batch.uniform_decode, batch.force_eager)
             if event.peers and self.drafter is not None:
                 # on several ranks every rank drafts in the step (sample_tokens → propose_draft_token_ids)
@@ -510,6 +514,15 @@ class ModelProbe:
 
     def __getattr__(self, name):
         return getattr(self.model, name)
+
+
+def adapters(num_active_loras: int) -> dict:
+    """The ``InputBatch``'s ``lora_id_to_lora_request`` for a batch of ``num_active_loras`` distinct
+    adapters (``add_request``, ``33:v1/worker/gpu_input_batch.py:485-489``), whose size
+    ``_determine_batch_execution_and_padding`` dispatches with (``33:v1/worker/gpu_model_runner.py:3720-3734``)."""
+    from vllm.lora.request import LoRARequest
+
+    return {i: LoRARequest(f"adapter-{i}", i, "/not/a/real/path") for i in range(1, num_active_loras + 1)}
 
 
 def execute_model_dispatch(runner, num_tokens: int, uniform_decode: bool, force_eager: bool) -> None:

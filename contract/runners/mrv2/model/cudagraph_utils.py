@@ -77,18 +77,6 @@ def is_compatible(desc: BED, num_reqs: int, num_tokens: int, uniform_token_count
     )
 
 
-def lora_capture_cases(max_loras: int, specialize_active_lora: bool) -> tuple[int, ...]:
-    """``get_lora_capture_cases`` with ``cudagraph_specialize_lora`` on, vLLM's default: 0, then
-    ``get_captured_lora_counts``: ``max_loras + 1``, and with ``specialize_active_lora`` the powers
-    of 2 up to it before (``33:…/lora_utils.py:20-35``, ``34:…:20-35``; ``34:lora/utils.py:57-70``);
-    ``(0,)`` without LoRA."""
-    if not max_loras:
-        return (0,)
-    if not specialize_active_lora:
-        return (0, max_loras + 1)
-    return (0, *(n for n in range(1, max_loras + 2) if n & (n - 1) == 0 or n == max_loras + 1))
-
-
 def effective_loras(lora_cases: tuple[int, ...], num_active_loras: int) -> int:
     """``_resolve_effective_loras`` over ``_build_lora_dispatch_map`` (``33:…:203-227``,
     ``34:…:236-260``): the smallest captured case >= k, the largest beyond it; 0 stays 0."""

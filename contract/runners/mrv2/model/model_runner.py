@@ -39,6 +39,7 @@ from contract.core.events import (
     lora_problem,
     ranks_problem,
 )
+from contract.core.lora import lora_capture_cases
 from contract.core.modes import FULL, NONE, PIECEWISE, CompilationMode, CUDAGraphMode
 from contract.runners.mrv2.model import cudagraph_utils as cgu
 from contract.runners.mrv2.model import dp_utils, pp_utils, spec_decode, ubatch_utils
@@ -356,7 +357,7 @@ class _Step:
             self.changes.append(f"cudagraph_mode {mode.name} -> {r.name}")
         sizes = resolved.cudagraph_capture_sizes
         q = s.uniform_decode_query_len
-        lora_cases = cgu.lora_capture_cases(s.max_loras, s.specialize_active_lora)  # 33:…:771, 34:…:808
+        lora_cases = lora_capture_cases(s.max_loras, s.specialize_active_lora)  # 33:…:771, 34:…:808
         target = cgu.build("target:CudaGraphManager", p.release, r, sizes, q, target_q=q,
                            use_breakable_cg=p.use_breakable_cg(s.breakable, r),
                            varlen_decode=s.adaptive_verification, lora_cases=lora_cases,

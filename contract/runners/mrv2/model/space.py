@@ -18,6 +18,7 @@ from contract.core.modes import (
     CompilationMode,
     CUDAGraphMode,
 )
+from contract.core.lora import LORA_SETTINGS
 from contract.core.scenario import (
     MAX_DATA_PARALLEL_SIZE,
     MAX_LORAS,
@@ -138,7 +139,6 @@ def all_scenarios() -> list[Scenario]:
 
 
 FEW_MAMBA_BLOCKS = MAX_NUM_SEQS // 2  # a hybrid model's Mamba cache blocks, fewer than max_num_seqs
-LORA_SETTINGS = ((1, False), (MAX_LORAS, True))  # (max_loras, specialize_active_lora) the explorer tries
 DP_SIZES = (2,)  # the explorer's; Hypothesis draws up to MAX_DATA_PARALLEL_SIZE
 PP_SIZE = 2  # the explorer's; Hypothesis draws up to MAX_PIPELINE_PARALLEL_SIZE
 

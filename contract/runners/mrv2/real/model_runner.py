@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import torch
 
 from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER
+from contract.real.lora import LoRAManager
 from contract.runners.mrv2.real.blocks import Block, cut
 
 RUNNER = "GPUModelRunner"
@@ -195,26 +196,6 @@ class _KVConnector:
         return None
 
 
-class _LoRAManager:
-    """The adapter manager ``LoRAModelRunnerMixin`` drives (``LRUCacheWorkerLoRAManager``): there are no
-    LoRA layers to load the dummy adapters' weights into, so adding and activating them does nothing."""
-
-    def get_dummy_lora_warmup_rank(self, rank: int) -> int:
-        return rank
-
-    def dummy_lora_cache(self):
-        return contextlib.nullcontext()
-
-    def add_dummy_lora(self, lora_request, rank: int) -> bool:
-        return True
-
-    def remove_all_adapters(self) -> None:
-        pass
-
-    def set_active_adapters(self, lora_requests, lora_mapping) -> None:
-        pass
-
-
 def kv_cache_config(mamba_cache_blocks: int | None = None) -> types.SimpleNamespace:
     """A ``KVCacheConfig`` without groups: no attention layer exists to hold a KV cache. A hybrid
     model's holds Mamba layers and its blocks (``has_mamba_layers``, ``num_blocks``), all resolve's
@@ -281,7 +262,7 @@ def stand_in_runner(module, vllm_config, model, device) -> types.SimpleNamespace
         kv_cache_config=kv_cache_config(),
         cache_config=vllm_config.cache_config,
         lora_config=vllm_config.lora_config,
-        lora_manager=_LoRAManager(),
+        lora_manager=LoRAManager(),
         adaptive_verification=None,
         ubatch_runner=None,
         pcp_manager=None,
