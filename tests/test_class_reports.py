@@ -20,7 +20,7 @@ def test_every_class_has_a_page_and_a_replayable_trace(tmp_path):
     # the verdict summary, not only where the files went
     assert "verdicts (profile ci;" in result.output
     assert ("vllm_0_30: P0 fails (5 events, 1 class); P1 fails (3 events, 12 classes); P4 fails (5 events, 2 classes); "
-            "P7 fails (6 events, 1 class); holds P2 P3 P5 P6") in result.output
+            "P7 fails (6 events, 1 class); P10 fails (5 events, 1 class); holds P2 P3 P5 P6") in result.output
     assert "README.md" in result.output
     pages = sorted((out / "vllm_0_30" / "classes").glob("P1-*.md"))
     assert len(pages) >= 3

@@ -70,7 +70,7 @@ def test_the_pre_fix_graph_condition_runs_every_ranks_draft_eagerly_beside_a_ful
     FULL gives its drafter no graph, and the agreed NONE runs rank 0's draft passes eagerly: graphs
     lost, which no property names (the branch check's lost graphs do)."""
     release = load_policy("vllm_0_30")
-    pre_fix = replace(release, drafter_dummy_use_cudagraphs=lambda capturing, mode, spec_eager: (
+    pre_fix = replace(release, drafter_dummy_use_cudagraphs=lambda capturing, mode, spec_eager, loras=0: (
         mode.has_mode(PIECEWISE) and not spec_eager))
     event = ExecuteModel(3, True, peers=(Peer(0),))
     record, violations = _step(_drafting(), pre_fix, event)

@@ -301,7 +301,8 @@ def test_concurrent_runs_into_one_folder(tmp_path):
     files = sorted(out.iterdir())
     # one trace per failing property, then one per violation class; no temporary file left behind
     assert [p.name for p in files if p.name.count("-") == 1] == ["vllm_0_30-P0.json", "vllm_0_30-P1.json",
-                                                                   "vllm_0_30-P4.json", "vllm_0_30-P7.json"]
+                                                                   "vllm_0_30-P10.json", "vllm_0_30-P4.json",
+                                                                   "vllm_0_30-P7.json"]
     assert not [p.name for p in files if p.name.startswith(".")]
     for p in files:
         load(p)
