@@ -87,7 +87,7 @@ def initial_state(scenario: Scenario, policy: Policy) -> RunnerState:
     """``VllmConfig.__post_init__`` and the runner's constructor: dispatchers built, keys empty."""
     q = scenario.uniform_decode_query_len
     target = DispatcherState(q, lora_cases=lora_capture_cases(scenario.max_loras, scenario.specialize_active_lora))
-    drafter = replace(target) if scenario.drafter is DrafterKind.WITH_MODEL else None
+    drafter = target if scenario.drafter is DrafterKind.WITH_MODEL else None  # the same lora_config
     try:
         config = policy.normalise(scenario, policy.config_revision)
     except ConfigRejected as exc:
