@@ -319,3 +319,13 @@ def test_the_p4_witness_on_vllm_0_30_names_the_drafter_condition_and_the_guard(t
     assert {p for p, _, _ in use["witness"]} == {"use_cudagraphs = False"}
     assert "use_cudagraphs = True" in {p for p, _, _ in use["neighbour"]}
     assert use["def_lines"][0] < use["lines"][0] <= use["lines"][1] < use["def_lines"][1]
+
+
+def test_only_replaces_the_findings_it_traced_and_keeps_the_rest_in_the_runs_order():
+    from contract.evidence.deciding_batch import merged
+
+    before = {"vllm": "0.33.0", "findings": [{"name": "a", "at": 1}, {"name": "b", "at": 1}, {"name": "gone"}]}
+    traced = {"vllm": "0.33.0", "seconds": {"child": 1.0}, "findings": [{"name": "c", "at": 2}, {"name": "b", "at": 2}]}
+    order = [{"name": n} for n in ("c", "a", "b", "d")]
+    assert merged(before, traced, order) == {"vllm": "0.33.0", "seconds": {"child": 1.0}, "findings": [
+        {"name": "c", "at": 2}, {"name": "a", "at": 1}, {"name": "b", "at": 2}]}

@@ -3,6 +3,9 @@
 ``python -m contract.evidence.deciding_batch --vllm 0.30.0 [--runner mrv1|mrv2] [--reports DIR]
 [--only NAME ...]``
 
+``--only`` traces the named findings and keeps every other finding the file already holds, in the
+run's order: a new root cause's findings are traced without re-tracing, or first tracing, the rest.
+
 Reads ``DIR/conformance/vllm-<release>[-mrv2].json`` (``cudagraph-contract conform``) and takes its
 *confirmed findings*: each counterexample the run confirmed (``findings``), and each halt witness of
 the release's policy whose replay agreed step for step with the model's stop (a halt is no
@@ -21,6 +24,7 @@ the file written; 2 on bad input or a missing environment.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -207,6 +211,13 @@ def run(release: str, runner: Runner, reports: Path, only: list[str] | None = No
             "seconds": timings}
 
 
+def merged(before: dict, traced: dict, order: list[dict]) -> dict:
+    """``traced``'s findings in place of ``before``'s of the same name, the others kept, in the
+    conformance run's order (``order``: ``confirmed``)."""
+    by_name = {f["name"]: f for f in before.get("findings", [])} | {f["name"]: f for f in traced["findings"]}
+    return traced | {"findings": [by_name[f["name"]] for f in order if f["name"] in by_name]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contract.evidence.deciding_batch",
                                      description=__doc__.split("\n\n")[0])
@@ -226,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     target = output_file(args.reports, args.vllm, runner)
+    if args.only and target.exists():
+        out = merged(json.loads(gzip.decompress(target.read_bytes())), out, confirmed(
+            json.loads(conformance_file(args.reports, args.vllm, runner).read_text(encoding="utf-8"))))
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, root_causes.pack(out))
     done = sum("deciding" in f for f in out["findings"])
