@@ -59,6 +59,7 @@ def test_memory_profiling_captures_the_drafter_under_specialized_lora(monkeypatc
     monkeypatch.setattr(torch, "accelerator", MagicMock(get_memory_info=lambda: (0, 0)))
     for name in ("get_pp_group", "async_tensor_h2d", "graph_capture"):
         monkeypatch.setattr(gmr, name, MagicMock())
+    monkeypatch.setattr(gmr, "set_cudagraph_capturing_enabled", MagicMock())  # global
     cc = CompilationConfig(cudagraph_mode="FULL_AND_PIECEWISE")
     vllm_config = VllmConfig(compilation_config=cc, device_config=DeviceConfig("cpu"))
     vllm_config.lora_config = LoRAConfig(max_loras=3, specialize_active_lora=True)
@@ -95,5 +96,4 @@ def test_memory_profiling_captures_the_drafter_under_specialized_lora(monkeypatc
     runner.profile_cudagraph_memory()
     profiled = {n for mode, n, _ in drafted if mode == CUDAGraphMode.PIECEWISE}
     assert profiled, "memory profiling never captured the drafter's graphs"
-    with_adapters = [f for f in drafted if f[0] != CUDAGraphMode.NONE and f[2]]
-    assert not with_adapters, f"drafter graphs with dummy adapters: {with_adapters}"
+    assert not [f for f in drafted if f[0] != CUDAGraphMode.NONE and f[2]], drafted
