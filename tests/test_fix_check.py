@@ -124,3 +124,25 @@ def test_dropping_every_graph_gets_its_recorded_verdict(tmp_path):
     recorded = json.loads((folder / "fix.json").read_text())["fix_check"][name]
     rc, verdict, stderr = fix_check(folder / name, "0.34.0", folder, tmp_path / "reports")
     assert rc == 1 and "rejected: " + "; ".join(verdict["reasons"]) == recorded, stderr[-2000:]
+
+
+def test_a_p10_fix_that_captures_nothing_at_the_violating_step_traded_its_graphs():
+    """The P10 witness: capture_model captures the drafter's graph memory profiling never estimated. A
+    patch after which that step captures no drafter graph (no dispatch at all, as when every mode is
+    NONE) mended the estimate by dropping the graph; one that still captures it keeps the graph."""
+    from dataclasses import replace
+
+    from contract.branch.fixcheck import ungraphed
+    from contract.cli.fixcheck import _violations
+    from contract.core.trace import load, run_events
+    from contract.families import by_runner, load_policy
+
+    witness = load(ROOT / "tests" / "traces" / "v030-lora-profiling-misses-drafter-graphs.json")
+    records = run_events(witness.scenario, load_policy(witness.policy), witness.events)[0].records
+    shown = _violations(witness, records, by_runner(witness.scenario.runner), {"property": "P10"})
+    assert [(r.index, r.dispatches[v.dispatch].context) for _, r, v in shown] == [(4, "capture_model")]
+    assert ungraphed(shown, records) == []
+    capture = records[4]
+    dropped = [*records[:4], replace(capture, dispatches=[d for d in capture.dispatches if d.role != "drafter"])]
+    assert ungraphed(shown, dropped) == [
+        "step 4 drafter capture_model: PIECEWISE on the release, no dispatch without a graph with the patch"]

@@ -97,18 +97,23 @@ def ungraphed(shown, branch_records) -> list[str]:
     violation, on the release) where a capturing layer acted on the release (captured, replayed or
     raised) and no graph serves them on the patched tree: a fix that makes them run eagerly removed
     the capturer instead of making it work. A dispatch no layer acted on ran eagerly already; a fix
-    that says so (NONE) loses nothing."""
+    that says so (NONE) loses nothing. A P10 violation is on a capture (graphs memory profiling did
+    not estimate): the patched step must still capture that role's graph, or the estimate was
+    mended by capturing nothing."""
     out = []
-    for _, record, violation in shown:
+    for signature, record, violation in shown:
         if violation.dispatch is None or record.index >= len(branch_records):
             continue
         was = record.dispatches[violation.dispatch]
-        if was.runtime_mode is CUDAGraphMode.NONE or dispatch_kind(record.event, was) is None or not was.acting:
+        capture = signature.property == "P10" and was.capture_phase
+        if was.runtime_mode is CUDAGraphMode.NONE or not was.acting or (
+                dispatch_kind(record.event, was) is None and not capture):
             continue
         now = [d for d in branch_records[record.index].dispatches if (d.role, d.context) == (was.role, was.context)]
-        if now and not any(served(d) for d in now):
+        if (now or capture) and not any(served(d) for d in now):
+            modes = ", ".join(sorted({d.runtime_mode.name for d in now})) or "no dispatch"
             out.append(f"step {record.index} {was.role} {was.context}: {was.runtime_mode.name} on the release, "
-                       f"{', '.join(sorted({d.runtime_mode.name for d in now}))} without a graph with the patch")
+                       f"{modes} without a graph with the patch")
     return out
 
 
