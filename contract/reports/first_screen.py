@@ -67,7 +67,8 @@ WHAT = {Severity.EAGER_FALLBACK: "run eagerly instead of replaying a graph",
         Severity.UNWANTED_GRAPH: "replay a graph the configuration rules out",
         Severity.UNSUPPORTED_SHAPE: "replay FULL graphs captured for shapes the attention backend does not state it "
                                     "supports",
-        Severity.LOG_ONLY: "are served by another capturer than the mode names"}
+        Severity.LOG_ONLY: "are served by another capturer than the mode names",
+        Severity.MEMORY: "replay graphs memory profiling did not estimate"}
 
 
 def impact(cause: rc.RootCause, witness: str, root: Path = ROOT) -> str:
