@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from contract.core import child
+from users import unprivileged
 
 ROOT = Path(__file__).resolve().parents[1]
 T = "tests.child_targets:"
@@ -306,7 +307,7 @@ def test_a_child_cannot_write_to_the_parents_stdout(tmp_path):
     """Through ``/proc/<parent>/fd/1``, as any process of the same user could. Root passes every such
     check (``docs/threat-model.md``), so as root the parent runs as an unprivileged user, set before
     its interpreter starts (a change of user at run time would make it undumpable already)."""
-    as_user = {"user": 65534, "group": 65534, "extra_groups": []} if os.getuid() == 0 else {}
+    as_user = unprivileged()
     os.chmod(tmp_path, 0o777)
     out = tmp_path / "stdout"
     out.touch()

@@ -24,6 +24,7 @@ from contract.core.explore import explore
 from contract.runners.mrv2 import branch as mrv2_branch
 from contract.runners.mrv2 import branch_ubatch as ubatch_branch
 from contract.core.properties import PROPERTIES
+from users import unprivileged
 from vllm_envs import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,7 +173,7 @@ def test_an_unreadable_file_or_folder_in_a_tree_is_one_line(what):
         hidden.parent.mkdir(parents=True, exist_ok=True)
         hidden.write_text("x = 1\n") if what == "file" else hidden.mkdir()
         hidden.chmod(0)
-        as_user = {"user": 65534, "group": 65534, "extra_groups": []} if os.getuid() == 0 else {}
+        as_user = unprivileged()
         done = subprocess.run([sys.executable, "-m", "contract.cli", "verify", "--vllm-src", str(tree), "--base",
                                "0.34.0"], cwd=work, capture_output=True, text=True, timeout=120,
                               env={**os.environ, "HOME": str(work), "CUDAGRAPH_CONTRACT_CACHE": str(work / "cache")},
