@@ -21,6 +21,7 @@ which no scenario has.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +45,16 @@ def _name(decorator: ast.expr) -> str:
 def marks_attention(source: Path) -> bool:
     """Whether ``unified_attention_with_output`` in ``source`` (the release's or the tree's
     ``attention.py``) is decorated with ``eager_break_during_capture``."""
-    tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+    stat = source.stat()
+    return _marks_attention(str(source), stat.st_mtime_ns, stat.st_size)
+
+
+# Every stand-in model the replay builds asks (hundreds a run), and parsing the module each time
+# took a thirtieth of a corpus replay. Keyed by the file's state, so an edited file is read again.
+@functools.lru_cache(maxsize=8)
+def _marks_attention(path: str, mtime_ns: int, size: int) -> bool:
+    source = Path(path)
+    tree = ast.parse(source.read_text(encoding="utf-8"), filename=path)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == ATTENTION_FUNCTION:
             return any(_name(d) == MARKER for d in node.decorator_list)
