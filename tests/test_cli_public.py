@@ -207,6 +207,8 @@ def test_control_characters_in_a_file_name_reach_the_terminal_escaped(tmp_path):
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
     assert b"\x1b" not in said and b"\x07" not in said and b"\\x1b[2J" in said, said
+    # the verdict summary, not only where the files went
+    assert b"verdicts (profile " in said and b"vllm_0_30: P0 fails (" in said and b"README.md" in said, said
 
 
 @pytest.mark.parametrize("value", ["0", "0.5", "-3", "nan", "inf", "1e10"])

@@ -1,7 +1,8 @@
 """One regeneration of reports/, in a fresh process with another hash seed, checked three ways:
 the verdicts are the expected table (every counterexample Hypothesis finds is expected, every
 expected one is found and replays), Hypothesis and the explorer agree, and the bytes are the
-committed ones. Reports are a function of the seed alone, not of the process that writes them."""
+committed ones; each class page has its sections and its trace replays. Reports are a function of
+the seed alone, not of the process that writes them."""
 
 import json
 import os
@@ -10,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from contract.cli import app
 from contract.core.expected import FAILS
 from contract.families import BUILT_IN, load_policy
 from contract.core.properties import PROPERTIES
@@ -66,6 +69,30 @@ def test_reports_are_byte_for_byte_current(regenerated):
     assert written
     stale = [p for p in written if not (REPORTS / p).is_file() or (REPORTS / p).read_bytes() != (out / p).read_bytes()]
     assert not stale, f"reports/ is stale, run `make verify`: {stale}"
+
+
+def test_every_class_has_a_page_and_a_replayable_trace(regenerated):
+    out = regenerated[0]
+    pages = sorted((out / "vllm_0_30" / "classes").glob("P1-*.md"))
+    assert len(pages) >= 3
+    readme = (out / "README.md").read_text()
+    for page in pages:
+        assert f"vllm_0_30/classes/{page.name}" in readme
+        text = page.read_text()
+        assert "## The events" in text and "```mermaid" in text and "Smallest settings it occurs under" in text
+        # what ran is cited from the replay, or the page says no replay ran; never a fixed list
+        assert "## vLLM code on this path" in text and "lines responsible" not in text
+        assert ("https://github.com/vllm-project/vllm/blob/v0." in text.split("## vLLM code on this path")[1]
+                or "has not been replayed on vLLM's code" in text)
+        status = next(line for line in text.splitlines() if line.startswith("- Real-code replay: "))
+        assert status.split(": ", 1)[1].startswith(("new: confirmed on vLLM", "known, fixed upstream", "refuted",
+                                                      "vLLM stops at this step", "reading: not replayed"))
+        replayed = CliRunner().invoke(app, ["replay", str(page.with_suffix(".json"))])
+        assert replayed.exit_code == 0, replayed.output
+    # one page per cause: the target's P1 no-capturer pages show different scenarios, not one shown thrice
+    target = [p for p in pages if p.name.startswith("P1-target-PIECEWISE-no-capturer--")]
+    scenarios = {json.dumps(json.loads(p.with_suffix(".json").read_text())["scenario"], sort_keys=True) for p in target}
+    assert len(target) >= 3 and len(scenarios) == len(target)
 
 
 def _package(release: str) -> Path | None:
