@@ -71,6 +71,21 @@ def test_p7_holds_a_lora_batch_to_a_graph_of_its_adapters_and_ranks_it_a_wrong_r
     assert {c.severity for c in classes if c.signature.property == "P7"} == {Severity.WRONG_RESULT}
 
 
+def test_each_lora_case_is_captured_with_its_dummy_adapters_selected():
+    """``capture_model``'s LoRA capture hook selects ``min(k, max_loras)`` dummy adapters for the case k
+    (vLLM #35536); without it the case's graph records no LoRA kernel, a wrong result for the batches
+    it serves, at its capture."""
+    steps = records(LORA, load_policy("mrv2_0_34"))
+    captures = [d for d in steps[4].dispatches if d.role == "target"]
+    assert {(d.batch_descriptor.num_active_loras, d.selected_loras) for d in captures} == {(0, 0), (2, 1)}
+    policy = mutant_policy(BY_NAME["mrv2_lora_capture_selects_no_adapters"])
+    violations = [v for r in records(LORA, policy) for v in check(r, LORA, Runner.MRV2) if v.property == "P7"]
+    assert violations and {v.step for v in violations} == {4}, violations
+    assert "captured without the dummy adapters of its case (0 of 1 selected)" in violations[0].message
+    classes = of_trace(record(LORA, policy, SERVE), policy)
+    assert {c.severity for c in classes if c.signature.property == "P7"} == {Severity.WRONG_RESULT}
+
+
 def test_0_33_capture_without_has_lora_captures_again_when_serving():
     """vLLM #43160's bug: the capture's forward context without ``has_lora``, serving's with it."""
     policy = mutant_policy(BY_NAME["mrv2_lora_capture_key_without_has_lora"])

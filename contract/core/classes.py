@@ -32,6 +32,7 @@ from contract.core.properties import (
     ATTENTION_IN_SEGMENT,
     LORA_CASE,
     LORA_SELECTED,
+    LORA_UNSELECTED,
     MAMBA_BLOCKS,
     PADDED_REQUESTS,
     UBATCH_MIXED,
@@ -131,7 +132,7 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
     if p == "P7" and what == MAMBA_BLOCKS:  # the kernel's assertion, where the graph is captured
         return Severity.CRASH_SERVING if event_kind and phase(event_kind) == "serving" else Severity.CRASH_START_UP
     if p == "P7":
-        return (Severity.WRONG_RESULT if what in (LORA_CASE_SHORT, ATTENTION_CAPTURED, UBATCH_MIXED)
+        return (Severity.WRONG_RESULT if what in (LORA_CASE_SHORT, LORA_UNSELECTED, ATTENTION_CAPTURED, UBATCH_MIXED)
                 else Severity.UNSUPPORTED_SHAPE)
     if p == "P9":
         return Severity.EAGER_FALLBACK if what == DUMMY_UNALIGNED else Severity.HANG
@@ -203,7 +204,8 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
         return d.role, d.runtime_mode.name, (LORA_SELECTED if LORA_SELECTED in v.message else CROSS_MODE_REPLAY
                                              if replayed_elsewhere else RECAPTURE)
     if v.property == "P7":
-        what = (LORA_CASE_SHORT if LORA_CASE in v.message
+        what = (LORA_UNSELECTED if LORA_UNSELECTED in v.message
+                else LORA_CASE_SHORT if LORA_CASE in v.message
                 else ATTENTION_CAPTURED if ATTENTION_IN_SEGMENT in v.message
                 else BREAKABLE_PADDED if PADDED_REQUESTS in v.message
                 else MAMBA_BLOCKS if MAMBA_BLOCKS in v.message

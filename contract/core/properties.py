@@ -263,6 +263,27 @@ def lora_legality(scenario: Scenario, record: StepRecord) -> list[Violation]:
 
 
 LORA_CASE = "captured for the LoRA case"
+LORA_UNSELECTED = "captured without the dummy adapters of its case"
+
+
+def lora_capture_adapters(scenario: Scenario, runner: Runner, d: Dispatch) -> str | None:
+    """A target graph captured for the LoRA case k records the LoRA kernels of the adapters selected
+    while it is captured, ``min(k, max_loras)`` of them (``maybe_select_dummy_loras``,
+    ``34:v1/worker/lora_model_runner_mixin.py:161-173``, which ``capture_model`` calls before each
+    capture: ``34:v1/worker/gpu/cudagraph_utils.py:739-741``, vLLM #35536; MRV1's
+    ``maybe_dummy_run_with_lora``). Captured with fewer, the batches of k adapters it serves replay
+    kernels that skip some of theirs. A capture when serving records the batch's own adapters."""
+    k = getattr(d.batch_descriptor, "num_active_loras", 0)
+    if (d.role != "target" or not k or not d.capture_phase
+            or not any(a.action is Action.CAPTURED for a in d.acting)):
+        return None
+    wanted = min(k, scenario.max_loras)
+    if d.selected_loras >= wanted:
+        return None
+    return (f"{_where(d)}: a graph {LORA_CASE} {k} {LORA_UNSELECTED} ({d.selected_loras} of {wanted} "
+            f"selected): batches of {k} active adapters replay it without some of theirs")
+
+
 ATTENTION_IN_SEGMENT = "attention op captured inside a breakable graph segment"
 
 
@@ -353,10 +374,12 @@ def ubatch_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> l
 _shape_legality = _per_dispatch(shape_legality, "P7")
 _breakable_attention = _per_dispatch(breakable_attention, "P7")
 _mamba_blocks = _per_dispatch(mamba_blocks, "P7")
+_lora_capture_adapters = _per_dispatch(lora_capture_adapters, "P7")
 
 
 def shape_and_lora_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
     return (_shape_legality(scenario, runner, record) + lora_legality(scenario, record)
+            + _lora_capture_adapters(scenario, runner, record)
             + _breakable_attention(scenario, runner, record) + breakable_requests(scenario, runner, record)
             + _mamba_blocks(scenario, runner, record) + ubatch_legality(scenario, runner, record))
 
@@ -537,7 +560,8 @@ PROPERTIES: dict[str, Property] = {
                  "a FULL graph is captured or replayed only for batches the minimum AttentionCGSupport of the "
                  "backends it runs allows (ALWAYS any, UNIFORM_BATCH uniform, UNIFORM_SINGLE_TOKEN_DECODE one token "
                  "per request, NEVER none); a varlen-decode graph needs ALWAYS or a declared varlen bound; a "
-                 "batch of k active LoRA adapters is served only by a graph captured for a LoRA case of at least k; a "
+                 "batch of k active LoRA adapters is served only by a graph captured for a LoRA case of at least k, "
+                 "with that case's dummy adapters selected; a "
                  "breakable PIECEWISE capture breaks at the attention op (eager_break_during_capture) instead of "
                  "capturing it, and (MRV2) a breakable PIECEWISE graph serves its batch unpadded in requests; a "
                  "hybrid model's FULL graph holds no more requests than the Mamba cache has blocks",

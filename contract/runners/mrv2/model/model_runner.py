@@ -190,11 +190,22 @@ class _Step:
         d = Dispatch(role=role, context=self.context, runtime_mode=desc.cg_mode, batch_descriptor=desc,
                      layers=tuple(actions), capture_phase=self.capture_phase, capturing_enabled=None,
                      ran_eager=ran_eager, error=error, previously_captured=(layer, key) in self.state.completed,
-                     spec_step_idx=step_idx, attention_captured=attention_captured)
+                     spec_step_idx=step_idx, attention_captured=attention_captured,
+                     selected_loras=self._selected_loras(role, desc))
         self.dispatches.append(d)
         if error:
             self.halt(error)
         return d
+
+    def _selected_loras(self, role: str, desc: BED) -> int:
+        """The dummy adapters a target capture runs with: the LoRA capture hook selects
+        ``min(num_active_loras, max_loras)`` of them for the descriptor's case (``maybe_select_dummy_loras``
+        caps the ``max_loras + 1`` case at ``max_loras`` adapters beside requests without one,
+        ``34:v1/worker/lora_model_runner_mixin.py:161-173``). The drafter's captures are not observed: whether
+        its graphs read the adapters the target's last case left selected is not modelled."""
+        if role != "target" or not self.capture_phase or not self.policy.capture_selects_loras:
+            return 0
+        return min(desc.num_active_loras, self.scenario.max_loras)
 
     def _complete(self, manager: CudaGraphManager | None, role: str, key: object) -> None:
         layer = manager.layer if manager is not None else role

@@ -221,6 +221,13 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P7']),
            build=replacing(dispatch_reads_loras=False),
            reaches=lora),
+    Mutant("mrv2_lora_capture_selects_no_adapters", "mrv2_0_34", "lora",
+           "capture_model captures each LoRA case without its LoRA capture hook (vLLM #35536's bug): no dummy "
+           "adapter is selected, so the graph keyed for k adapters records no LoRA kernel and a LoRA batch "
+           "replays it without its adapters",
+           kills=frozenset(['P7']),
+           build=replacing(capture_selects_loras=False),
+           reaches=lora),
     Mutant("mrv2_pp_first_stage_eager", "mrv2_0_34", "stages",
            "the first pipeline stage runs every step eagerly for a reason of its own (as if its multimodal "
            "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "

@@ -111,6 +111,10 @@ class Mrv2Policy:
     # 34:…/cudagraph_utils.py:817-820); False: the capture's leaves out has_lora (0.33, vLLM #43160)
     # or num_active_loras (0.34)
     capture_key_lora: bool = True
+    # capture_model's LoRA capture hook selects each LoRA case's dummy adapters before its capture
+    # (create_lora_capture_hook, maybe_select_dummy_loras: 34:v1/worker/gpu/lora_utils.py:52-72,
+    # 34:…/cudagraph_utils.py:739-741, vLLM #35536); False: no adapters selected (mutants only)
+    capture_selects_loras: bool = True
     # execute_model dispatches with get_num_active_loras_for_dispatch's count (33:…/model_runner.py:1818-1823,
     # 34:…:1880-1885); False: with 0 (mutants only)
     dispatch_reads_loras: bool = True

@@ -358,6 +358,11 @@ class RealRun:
             device.open_dispatch()
         self._open = {"role": role, "context": context, "runtime_mode": mode_name,
                       "batch_descriptor": descriptor}
+        # the adapters vLLM's LoRA capture hook left selected for a target capture (the model's
+        # _selected_loras: the drafter's captures are not observed)
+        selected = getattr(getattr(self.runner, "lora_manager", None), "selected", 0)
+        if selected and self.capture_phase and role == "target":
+            self._open["selected_loras"] = selected
 
     def draft_forward(self, which: str, mode_name: str, desc, step_idx: int | None) -> None:
         """A draft prefill or decode step about to run under its manager's descriptor."""
