@@ -1,7 +1,8 @@
 """LoRA in Model Runner V2's descriptors (``--enable-lora --max-loras N``): the target's graphs are
 captured once per LoRA case, a batch of k active adapters dispatches to the smallest case >= k, the
 compiled pieces are keyed by the LoRA fields serving's forward context carries, and P7 holds a LoRA
-batch to a graph captured for at least its adapters. The drafter runs none. The replay runs vLLM's
+batch to a graph captured for at least its adapters, with its case's dummy adapters selected. The
+drafter runs none. The replay runs vLLM's
 own ``get_lora_capture_cases``, ``get_num_active_loras_for_dispatch`` over its ``LoraState`` and the
 mixin's dummy adapters in ``capture_model``; an edited 0.34.0 tree whose capture drops the LoRA
 count from the compiled pieces' key is a new class."""
@@ -141,3 +142,19 @@ def test_an_edited_0_34_tree_whose_capture_drops_the_lora_count_is_a_new_class(t
     data = conform_tree(tree, record_runnable(LORA, load_policy("mrv2_0_34"), SERVE, name="lora"), tmp_path)
     new = {c["property"] for c in data["new"]}
     assert "P4" in new and all(c["role"] == "target" for c in data["new"]), data["new"]
+
+
+def test_a_step_that_differs_only_in_the_selected_adapters_says_them():
+    """``conform --vllm-src``'s list of differing steps names the dummy adapters each capture ran with,
+    where the layers and descriptors are the same on both sides."""
+    from contract.branch.conform import StepChange
+    from contract.cli.branch import _step_line
+
+    def step(selected):
+        dispatch = {"role": "target", "runtime_mode": "FULL", "layers": [{"layer": "target:CudaGraphManager",
+                    "action": "captured"}], "batch_descriptor": {"num_tokens": 2, "num_active_loras": 2}}
+        return {"dispatches": [dispatch | ({"selected_loras": selected} if selected else {})]}
+
+    line = _step_line(StepChange("t", 4, "capture_model", step(1), step(0)))
+    assert "base target FULL (num_tokens=2, num_active_loras=2, selected_loras=1)" in line, line
+    assert "branch target FULL (num_tokens=2, num_active_loras=2): target:CudaGraphManager captured" in line, line

@@ -44,9 +44,13 @@ def _step_line(c: branch_conform.StepChange) -> str:
 
 
 def _descriptor(dispatch: dict) -> str:
-    """`` (num_tokens=4, uniform_token_count=1, ...)``: the batch descriptor's set fields."""
+    """`` (num_tokens=4, uniform_token_count=1, ...)``: the batch descriptor's set fields, and the dummy
+    LoRA adapters a capture ran with where it ran with some."""
     desc = dispatch.get("batch_descriptor") or {}
-    return " (" + ", ".join(f"{k}={v}" for k, v in desc.items() if v is not None) + ")" if desc else ""
+    fields = [f"{k}={v}" for k, v in desc.items() if v is not None]
+    if dispatch.get("selected_loras"):
+        fields.append(f"selected_loras={dispatch['selected_loras']}")
+    return " (" + ", ".join(fields) + ")" if fields else ""
 
 
 UNEXERCISED = 3  # no replayed trace ran any change of the tree's: no verdict
