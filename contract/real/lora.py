@@ -26,3 +26,8 @@ class LoRAManager:
 
     def set_active_adapters(self, lora_requests, lora_mapping) -> None:
         self.selected = len(lora_requests)
+
+
+def selected(runner) -> int:
+    """The dummy adapters the mixin last activated on ``runner``'s adapter manager; 0 without LoRA."""
+    return getattr(getattr(runner, "lora_manager", None), "selected", 0)

@@ -23,7 +23,7 @@ import types
 
 from contract.runners.mrv1.real import compiled, wrapping
 from contract.real.parallel_state import install_parallel_state
-from contract.real import attention_backends, decisions, device, errors, observe, platform, ranks
+from contract.real import attention_backends, decisions, device, errors, lora, observe, platform, ranks
 from contract.runners.mrv1.real import dp_utils as dp_phase
 from contract.runners.mrv1.real import gpu_model_runner as stand_in
 from contract.real.attention_op import DRAFT_LAYER, TARGET_LAYER, AttentionOp
@@ -281,7 +281,7 @@ class RealRun:
             "batch_descriptor": _descriptor(context.batch_descriptor, num_tokens, context.ubatch_slices),
             **self.recorder.dispatch_fields(self.capture_phase),
         }
-        selected = getattr(getattr(self.runner, "lora_manager", None), "selected", 0)
+        selected = lora.selected(self.runner)
         if selected and self.capture_phase:
             dispatch["selected_loras"] = selected
         if error:

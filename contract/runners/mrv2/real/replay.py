@@ -35,7 +35,7 @@ import sys
 import types
 from dataclasses import dataclass, field
 
-from contract.real import decisions, device, errors, observe, platform, ranks
+from contract.real import decisions, device, errors, lora, observe, platform, ranks
 from contract.runners.mrv2.real.modules import MODULES, NOT_REPLAYED_WITHOUT_MODEL
 from contract.runners.mrv2.real import (
     attention,
@@ -360,7 +360,7 @@ class RealRun:
                       "batch_descriptor": descriptor}
         # the adapters vLLM's LoRA capture hook left selected for a target capture (the model's
         # _selected_loras: the drafter's captures are not observed)
-        selected = getattr(getattr(self.runner, "lora_manager", None), "selected", 0)
+        selected = lora.selected(self.runner)
         if selected and self.capture_phase and role == "target":
             self._open["selected_loras"] = selected
 
