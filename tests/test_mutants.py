@@ -2,6 +2,7 @@
 the equivalent ones alone, and every property is shown to fail on a policy or a mutant."""
 
 import pytest
+from hypothesis import Phase, settings
 
 from contract.core import profiles
 from contract.core.expected import FAILS
@@ -11,6 +12,10 @@ from contract.families import load_policy
 from contract.core.properties import PROPERTIES
 
 CI = profiles.get("ci")  # these tests assert what the ci profile finds
+# A kill needs the ci profile's first counterexample, not its minimal form, which costs five to fifty
+# times the search (the shrunk ones are the mutation matrix's, reports/mutation.md): the mutant's
+# declared ``kills`` are what the first one may show.
+KILL = settings(CI, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
 KILLABLE = [m for m in MUTANTS if not m.equivalent]
 EQUIVALENT = [m for m in MUTANTS if m.equivalent]
@@ -33,13 +38,14 @@ def test_there_are_enough_mutants():
 @pytest.mark.parametrize("mutant", KILLABLE, ids=lambda m: m.name)
 def test_mutant_is_killed(mutant):
     """A mutant of a shape rule (P7 among what it kills) is judged on P7 alone: the graph of the wrong
-    shape or LoRA case is what kills it, where a first-finding run could report a halt or P1 the same
-    wrong graph also causes (the explorer's twin: ``test_explore.py``)."""
+    shape or LoRA case is what kills it, where a first-finding run could report P1 the same wrong graph
+    also causes; a halt only one side reaches still counts where the mutant declares it (the explorer's
+    twin, which must show P7: ``test_explore.py``)."""
     only = frozenset({"P7"}) if "P7" in mutant.kills else None
-    found = _run(mutant, CI, only)
+    found = _run(mutant, KILL, only)
     assert found is not None, f"{mutant.name} survived: {mutant.description}"
-    assert found.violation.property in (only or mutant.kills), found
-    assert found.violation.message.startswith("new violation") or only is None, found
+    assert found.violation.property in (only or mutant.kills) | (mutant.kills & {"halt"}), found
+    assert found.violation.message.startswith(("new violation", "only the mutant stops")) or only is None, found
     if mutant.name in DEMONSTRATES:  # the property no built-in policy violates fails on this mutant
         assert found.violation.property == DEMONSTRATES[mutant.name], found
         assert found.violation.message.startswith("new violation"), found

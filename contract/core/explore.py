@@ -58,8 +58,9 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
             classify: bool = False) -> Exploration:
     """BFS from every scenario's initial state. Level order makes the first violation found for a
     property a shortest counterexample (ties broken by scenario order, then event order).
-    ``first_only`` stops after the first scenario that shows a violation (a kill check: the
-    counterexample is the shortest for that scenario, not necessarily overall).
+    ``first_only`` stops after the first scenario that shows a violation of a property of ``only``
+    (of any, when ``only`` is None; a kill check: the counterexample is the shortest for that scenario,
+    not necessarily overall).
 
     With ``base`` (a mutant's base policy), an edge counts as a violation where the two policies'
     verdicts differ, as in the Hypothesis machine's lockstep mode.
@@ -126,7 +127,7 @@ def explore(policy: Policy, depth: int = DEFAULT_DEPTH, scenarios: list[Scenario
                     if v.property in wanted and (v.property not in found or found[v.property][0] > level + 1):
                         found[v.property] = (level + 1, index, (graph, node, event), v)
         result.states += len(nodes)
-        if first_only and found:
+        if first_only and (found if only is None else only & found.keys()):
             result.complete = False
             break
     for prop, (_, index, (graph, node, event), violation) in sorted(found.items()):

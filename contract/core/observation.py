@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar
 
 from contract.core.forward_context import BatchDescriptor
@@ -81,7 +82,7 @@ class Dispatch:
     # (``maybe_select_dummy_loras``, ``33:v1/worker/lora_model_runner_mixin.py:152-256``); 0: none.
     selected_loras: int = 0
 
-    @property
+    @cached_property  # read by most properties, for every dispatch of every step the explorer takes
     def acting(self) -> tuple[LayerAction, ...]:
         return tuple(a for a in self.layers if a.action in ACTING)
 

@@ -206,8 +206,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("decode_keys_not_uniform", "vllm_0_30", "dispatcher",
            "initialize_cudagraph_keys registers the FULL uniform-decode keys with uniform=False: under "
            "FULL_DECODE_ONLY or FULL_AND_PIECEWISE a mixed batch of a key's size replays the FULL graph, which an "
-           "attention backend below ALWAYS cannot serve",
-           kills=frozenset(['P7', 'P0']),
+           "attention backend below ALWAYS cannot serve; a capture's uniform-decode dummy run then finds no FULL key "
+           "and stops vLLM on _dummy_run's runtime-mode assertion",
+           kills=frozenset(['P7', 'P0', 'halt']),
            build=replacing(initialize_cudagraph_keys=_decode_keys_not_uniform)),
     Mutant("drafter_full_maps_to_none", "vllm_0_30", "dispatcher",
            "the drafter maps a FULL target to NONE instead of PIECEWISE: the drafter never dispatches PIECEWISE "

@@ -177,8 +177,9 @@ MUTANTS: tuple[Mutant, ...] = (
            reaches=on_ranks),
     Mutant("mrv2_dp_sync_max_mode", "mrv2_0_34", "ranks",
            "the agreement takes the strongest rank's mode instead of the weakest (max for min): a rank that "
-           "needs eager (need_eager) re-dispatches at the agreed size and runs a graph",
-           kills=frozenset(['P9']),
+           "needs eager (need_eager) re-dispatches at the agreed size and runs a graph, or no layer's graph where "
+           "the agreed mode has none (P1)",
+           kills=frozenset(['P9', 'P1']),
            build=replacing(dp_sync_takes_min=False),
            reaches=on_ranks),
     Mutant("mrv2_dp_need_eager_after_sync", "mrv2_0_33", "ranks",
