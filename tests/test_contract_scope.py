@@ -183,7 +183,8 @@ P7_MUTANTS = [m for m in MUTANTS if "P7" in m.kills]
 
 
 def test_there_are_p7_mutants_in_both_families():
-    """Each is killed on P7 alone by ``ci`` (``test_mutants.py``) and the explorer (``test_explore.py``)."""
+    """Each is judged on P7 alone by ``ci`` (``test_mutants.py``, where a halt the mutant declares may
+    come first) and killed on P7 by the explorer (``test_explore.py``)."""
     assert {m.base.startswith("mrv2") for m in P7_MUTANTS} == {True, False} and len(P7_MUTANTS) >= 3
 
 
