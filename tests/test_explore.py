@@ -34,11 +34,12 @@ def test_explorer_kills_exactly_the_killable_mutants(mutant):
     only = None
     if "P7" in mutant.kills:
         # judged on P7 alone (as test_mutants.py's ci run), where P7 can show: a backend below ALWAYS,
-        # LoRA adapters or micro-batched FULL graphs; the search goes on past scenarios where the
+        # LoRA adapters, micro-batched FULL graphs or a hybrid model; the search goes on past scenarios where the
         # mutant only stops vLLM where its base does not (a halt difference) to the first showing P7
         only = frozenset({"P7"})
         scenarios = [s for s in scenarios or base.engine.canonical_scenarios(base)
-                     if s.attention_support is not AttentionCGSupport.ALWAYS or s.max_loras or s.micro_batched]
+                     if s.attention_support is not AttentionCGSupport.ALWAYS or s.max_loras or s.micro_batched
+                     or s.mamba_cache_blocks is not None]
     result = explore(mutant_policy(mutant), base=base, first_only=True, scenarios=scenarios, only=only)
     assert bool(result.counterexamples) == (not mutant.equivalent)
     assert only is None or "P7" in result.counterexamples, mutant.name

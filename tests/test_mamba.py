@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.core.classes import MAMBA_BLOCKS, Severity, of_trace
+from contract.core.classes import DECODE_GRAPH_FOR_PREFILL, MAMBA_BLOCKS, Severity, of_trace
 from contract.core.events import START_UP, ExecuteModel
 from contract.core.halts import HaltKind, kind
 from contract.core.modes import CUDAGraphMode
@@ -51,6 +51,23 @@ def test_enough_blocks_piecewise_graphs_and_graphs_within_the_blocks_are_legal()
                               uniform_decode_query_len=2)):
         trace = record_runnable(scenario, mutant_policy(MUTANT), SERVE, name="hybrid")
         assert trace.events == SERVE and not trace.expected_violations, scenario
+
+
+def test_a_prefill_of_a_decodes_shape_on_the_decode_graph_is_a_wrong_result_for_a_hybrid_model_only():
+    """Two prompt chunks of one token each taken for a uniform decode of q = 1 replay the FULL decode
+    graph: the mutant that decides by the shape (before vLLM #51865) breaks P7 on a hybrid model, the
+    release does not, and a dense model's prefill is not judged. (With a drafter, the capture sizes
+    (2, 4) leave no graph for a prefill of q = 2 tokens per request over ``max_num_seqs`` requests.)"""
+    hybrid = Scenario(runner=Runner.MRV2, mamba_cache_blocks=MAX_NUM_SEQS)
+    chunk = [*START_UP, ExecuteModel(2, False)]
+    by_shape = mutant_policy(BY_NAME["mrv2_decode_graph_by_shape"])
+    p7 = [c for c in of_trace(record_runnable(hybrid, by_shape, chunk, name="prefill"), by_shape)
+          if c.signature.property == "P7"]
+    assert [c.signature.what for c in p7] == [DECODE_GRAPH_FOR_PREFILL] and p7[0].severity is Severity.WRONG_RESULT
+    assert "a batch of 2 tokens whose requests are not all decoding, graph of 1 token per request" in p7[0].message
+    assert not record_runnable(hybrid, load_policy("mrv2_0_34"), chunk, name="prefill").expected_violations
+    dense = Scenario(runner=Runner.MRV2)
+    assert not record_runnable(dense, by_shape, chunk, name="prefill").expected_violations
 
 
 def test_vllms_refusal_reads_as_the_models():

@@ -30,6 +30,7 @@ from contract.core.events import describe_event, event_to_json
 from contract.core.observation import Action, StepRecord
 from contract.core.properties import (
     ATTENTION_IN_SEGMENT,
+    DECODE_GRAPH_FOR_PREFILL,
     LORA_CASE,
     LORA_SELECTED,
     LORA_UNSELECTED,
@@ -132,7 +133,8 @@ def severity(sig: "Signature", event_kind: str | None = None) -> Severity:
     if p == "P7" and what == MAMBA_BLOCKS:  # the kernel's assertion, where the graph is captured
         return Severity.CRASH_SERVING if event_kind and phase(event_kind) == "serving" else Severity.CRASH_START_UP
     if p == "P7":
-        return (Severity.WRONG_RESULT if what in (LORA_CASE_SHORT, LORA_UNSELECTED, ATTENTION_CAPTURED, UBATCH_MIXED)
+        return (Severity.WRONG_RESULT if what in (LORA_CASE_SHORT, LORA_UNSELECTED, ATTENTION_CAPTURED, UBATCH_MIXED,
+                                                  DECODE_GRAPH_FOR_PREFILL)
                 else Severity.UNSUPPORTED_SHAPE)
     if p == "P9":
         return Severity.EAGER_FALLBACK if what == DUMMY_UNALIGNED else Severity.HANG
@@ -209,7 +211,8 @@ def _what(v: Violation, record: StepRecord) -> tuple[str, str, str]:
                 else ATTENTION_CAPTURED if ATTENTION_IN_SEGMENT in v.message
                 else BREAKABLE_PADDED if PADDED_REQUESTS in v.message
                 else MAMBA_BLOCKS if MAMBA_BLOCKS in v.message
-                else UBATCH_MIXED if UBATCH_MIXED in v.message else ILLEGAL_SHAPE)
+                else UBATCH_MIXED if UBATCH_MIXED in v.message
+                else DECODE_GRAPH_FOR_PREFILL if DECODE_GRAPH_FOR_PREFILL in v.message else ILLEGAL_SHAPE)
         return d.role, d.runtime_mode.name, what
     if v.property == "P8":
         what = (GRAPH_UNDER_NONE if "under cudagraph_mode NONE" in v.message

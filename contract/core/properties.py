@@ -371,6 +371,35 @@ def ubatch_legality(scenario: Scenario, runner: Runner, record: StepRecord) -> l
     return out
 
 
+DECODE_GRAPH_FOR_PREFILL = "FULL uniform-decode graph replayed for a batch that is not a uniform decode"
+
+
+def decode_graph_for_decodes(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
+    """A FULL graph captured for uniform decode batches records the decode kernels and the persistent
+    metadata of decoding requests; a batch whose requests are prefilling (a prompt chunk of q tokens
+    per request has the same shape) replays them over prompt tokens while its own attention metadata
+    describes a prefill. vLLM decides by the requests' phase, not the shape alone: ``decode_graph_eligible``
+    (``34:v1/worker/gpu/model_runner.py:1426-1438``, vLLM #51865; #50532: the prompt's recurrent state
+    is never written). Judged for a model with recurrent per-request state (a hybrid model's Mamba or GDN
+    layers: ``mamba_cache_blocks``): a dense model's attention over a fresh sequence computes what its
+    prefill would (#50532). A micro-batched twin is ``ubatch_legality``'s."""
+    if (scenario.mamba_cache_blocks is None or not isinstance(record.event, ExecuteModel)
+            or record.event.uniform_decode):
+        return []
+    out = []
+    for i, d in enumerate(record.dispatches):
+        shape, k = served_batch(d.batch_descriptor)
+        if (d.role == "target" and d.context == "execute_model" and d.runtime_mode == FULL and shape == "uniform"
+                and getattr(d.batch_descriptor, "num_ubatches", 1) == 1
+                and any(a.action in (Action.CAPTURED, Action.REPLAYED) for a in d.acting)):
+            n = record.event.num_tokens
+            out.append(Violation("P7", record.index, f"{_where(d)}: a {DECODE_GRAPH_FOR_PREFILL} (a batch of "
+                                 f"{n} token{'s' if n != 1 else ''} whose requests are not all decoding, graph of "
+                                 f"{k} token{'s' if k != 1 else ''} per request): it replays decode kernels over "
+                                 "prompt tokens", i))
+    return out
+
+
 _shape_legality = _per_dispatch(shape_legality, "P7")
 _breakable_attention = _per_dispatch(breakable_attention, "P7")
 _mamba_blocks = _per_dispatch(mamba_blocks, "P7")
@@ -381,7 +410,8 @@ def shape_and_lora_legality(scenario: Scenario, runner: Runner, record: StepReco
     return (_shape_legality(scenario, runner, record) + lora_legality(scenario, record)
             + _lora_capture_adapters(scenario, runner, record)
             + _breakable_attention(scenario, runner, record) + breakable_requests(scenario, runner, record)
-            + _mamba_blocks(scenario, runner, record) + ubatch_legality(scenario, runner, record))
+            + _mamba_blocks(scenario, runner, record) + ubatch_legality(scenario, runner, record)
+            + decode_graph_for_decodes(scenario, runner, record))
 
 
 def unwrap_reaches_raw(scenario: Scenario, runner: Runner, record: StepRecord) -> list[Violation]:
@@ -564,7 +594,9 @@ PROPERTIES: dict[str, Property] = {
                  "with that case's dummy adapters selected; a "
                  "breakable PIECEWISE capture breaks at the attention op (eager_break_during_capture) instead of "
                  "capturing it, and (MRV2) a breakable PIECEWISE graph serves its batch unpadded in requests; a "
-                 "hybrid model's FULL graph holds no more requests than the Mamba cache has blocks",
+                 "hybrid model's FULL graph holds no more requests than the Mamba cache has blocks; a FULL "
+                 "uniform-decode graph of a hybrid model replays only for a batch of decoding requests, never a "
+                 "prefill of its shape",
                  shape_and_lora_legality),
         Property("P8", "graph-coverage",
                  "each batch is served by the strongest graph the documented capture sizes give it, in a mode "

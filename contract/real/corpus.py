@@ -89,7 +89,7 @@ def cells(trace: Trace) -> set[tuple]:
     if s.max_loras:  # LoRA beside a drafter, which runs no adapter
         out.add(("setting", "max_loras", s.drafter.name))
     if s.mamba_cache_blocks is not None:  # a hybrid model: resolve's Mamba check reads the mode it resolved
-        out.add(("setting", "mamba_cache_blocks", s.cudagraph_mode.name, s.drafter.name))
+        out.add(("setting", "mamba_cache_blocks", s.mamba_cache_blocks, s.cudagraph_mode.name, s.drafter.name))
     return out
 
 

@@ -464,11 +464,15 @@ class _Step:
     def batch(self, num_tokens: int, uniform: bool) -> tuple[int, int | None, int]:
         """(num_reqs, uniform_token_count, max_query_len) of an abstract batch: a uniform decode
         batch has ``q`` tokens per request; a mixed one is taken at its most requests, with one
-        request longer than ``q`` (a prefill)."""
+        request longer than ``q`` (a prefill). Under ``decode_graph_by_shape`` a mixed batch of
+        prefilling requests sharing its tokens evenly, ``q`` each, is taken for a uniform decode."""
         q = self.scenario.uniform_decode_query_len
         if uniform:
             return num_tokens // q, q, q
-        return min(num_tokens, MAX_NUM_SEQS), None, q + 1
+        num_reqs = min(num_tokens, MAX_NUM_SEQS)
+        if self.policy.decode_graph_by_shape and num_tokens == num_reqs * q:
+            return num_reqs, q, q
+        return num_reqs, None, q + 1
 
     def target_num_tokens_after_padding(self, num_tokens: int, uniform: bool) -> int:
         """``max(num_tokens, batch_desc.num_tokens)`` (``33:…/model_runner.py:1396``, ``34:…:1466``)."""

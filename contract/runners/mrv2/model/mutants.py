@@ -229,6 +229,13 @@ MUTANTS: tuple[Mutant, ...] = (
            kills=frozenset(['P7']),
            build=replacing(capture_selects_loras=False),
            reaches=lora),
+    Mutant("mrv2_decode_graph_by_shape", "mrv2_0_34", "dispatcher",
+           "execute_model takes a batch for a uniform decode from its shape alone (q tokens per request), "
+           "whatever its requests' phase (the test before vLLM #51865): a prefill chunk of q tokens per request "
+           "replays the FULL decode graph, which a hybrid model's recurrent state is not written by",
+           kills=frozenset(['P7']),
+           build=replacing(decode_graph_by_shape=True),
+           reaches=lambda s: full_graphs(s) and hybrid(s)),
     Mutant("mrv2_pp_first_stage_eager", "mrv2_0_34", "stages",
            "the first pipeline stage runs every step eagerly for a reason of its own (as if its multimodal "
            "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "

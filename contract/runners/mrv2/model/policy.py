@@ -115,6 +115,10 @@ class Mrv2Policy:
     # (create_lora_capture_hook, maybe_select_dummy_loras: 34:v1/worker/gpu/lora_utils.py:52-72,
     # 34:…/cudagraph_utils.py:739-741, vLLM #35536); False: no adapters selected (mutants only)
     capture_selects_loras: bool = True
+    # gather_batch_req_state takes a batch of prefilling requests for a uniform decode when its shape is
+    # one (q tokens per request), the test before vLLM #51865 (34:v1/worker/gpu/model_runner.py:1426-1438
+    # reads the requests' phase; mutants only)
+    decode_graph_by_shape: bool = False
     # execute_model dispatches with get_num_active_loras_for_dispatch's count (33:…/model_runner.py:1818-1823,
     # 34:…:1880-1885); False: with 0 (mutants only)
     dispatch_reads_loras: bool = True

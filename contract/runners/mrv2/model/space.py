@@ -123,12 +123,14 @@ def all_scenarios() -> list[Scenario]:
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, compilation_mode=cmode, breakable=breakable,
                             drafter=drafter, uniform_decode_query_len=q, max_loras=loras,
                             specialize_active_lora=specialize))
-    # A hybrid model whose Mamba cache has fewer blocks than max_num_seqs: every mode, without a drafter
-    # and with one, the rest at vLLM's defaults.
-    for mode, (drafter, q) in itertools.product((FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
-                                                ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2))):
+    # A hybrid model whose Mamba cache has fewer blocks than max_num_seqs (resolve refuses FULL graphs) and
+    # as many (its FULL graphs serve, prefills of a decode's shape among the batches): every mode, without
+    # a drafter and with one, the rest at vLLM's defaults.
+    for blocks, mode, (drafter, q) in itertools.product(
+            (FEW_MAMBA_BLOCKS, MAX_NUM_SEQS), (FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
+            ((DrafterKind.NONE, 1), (DrafterKind.WITH_MODEL, 2))):
         out.append(Scenario(runner=Runner.MRV2, cudagraph_mode=mode, drafter=drafter, uniform_decode_query_len=q,
-                            mamba_cache_blocks=FEW_MAMBA_BLOCKS))
+                            mamba_cache_blocks=blocks))
     # Micro-batching on two DP ranks, two micro-batches (--enable-dbo) and three (--ubatch-size 3): every
     # mode vLLM accepts with it, without a drafter.
     for size, mode, dp in itertools.product((0, MAX_UBATCH_SIZE), (FULL_AND_PIECEWISE, FULL, FULL_DECODE_ONLY, NONE),
