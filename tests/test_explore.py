@@ -2,6 +2,8 @@
 properties fail (the verdict test pins Hypothesis to the same table), every killable mutant is
 killed and every equivalent one is not; shortest counterexamples are never longer than shrunk ones."""
 
+from functools import lru_cache
+
 import pytest
 
 from contract.core.expected import FAILS
@@ -13,6 +15,12 @@ from contract.core.properties import PROPERTIES
 from explored import GROUP, explored
 
 pytestmark = GROUP
+
+
+@lru_cache(maxsize=None)
+def canonical(name: str) -> tuple:
+    policy = load_policy(name)
+    return tuple(policy.engine.canonical_scenarios(policy))
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
@@ -29,7 +37,7 @@ def test_explorer_kills_exactly_the_killable_mutants(mutant):
     base = load_policy(mutant.base)
     # where its changed rule acts (several DP ranks, PP stages, breakable graphs): elsewhere the mutant
     # runs its base's steps
-    scenarios = ([s for s in base.engine.canonical_scenarios(base) if mutant.reaches(s)]
+    scenarios = ([s for s in canonical(mutant.base) if mutant.reaches(s)]
                  if mutant.reaches else None)
     only = None
     if "P7" in mutant.kills:
@@ -37,7 +45,7 @@ def test_explorer_kills_exactly_the_killable_mutants(mutant):
         # LoRA adapters, micro-batched FULL graphs or a hybrid model; the search goes on past scenarios where the
         # mutant only stops vLLM where its base does not (a halt difference) to the first showing P7
         only = frozenset({"P7"})
-        scenarios = [s for s in scenarios or base.engine.canonical_scenarios(base)
+        scenarios = [s for s in scenarios or canonical(mutant.base)
                      if s.attention_support is not AttentionCGSupport.ALWAYS or s.max_loras or s.micro_batched
                      or s.mamba_cache_blocks is not None]
     result = explore(mutant_policy(mutant), base=base, first_only=True, scenarios=scenarios, only=only)
@@ -50,3 +58,14 @@ def test_depth_bound_is_reported():
     assert not result.complete
     assert "P1" in result.counterexamples  # 3 events: load_model, profile_run, profile_cudagraph_memory
     assert "P4" not in result.counterexamples  # needs 5
+
+
+@pytest.mark.evidence
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.reaches], ids=lambda m: m.name)
+def test_outside_the_scenarios_it_reaches_a_mutant_runs_as_its_base(mutant):
+    """``Mutant.reaches`` lets the kill check above skip scenarios, so it must not hide one where the
+    mutant differs: every other scenario explored in lockstep with the base shows none (make
+    evidence: the whole bound, as the kill check would without ``reaches``)."""
+    outside = [s for s in canonical(mutant.base) if not mutant.reaches(s)]
+    result = explore(mutant_policy(mutant), base=load_policy(mutant.base), scenarios=outside, first_only=True)
+    assert not result.counterexamples, {p: t.scenario for p, t in result.counterexamples.items()}

@@ -28,7 +28,8 @@ class Mutant:
     equivalent: str = ""  # why no observable behaviour changes, for equivalent mutants
     build: Callable = field(default=None, compare=False, repr=False)  # (base policy, mutant) -> policy
     # The scenarios the changed rule acts in (None: any): outside them the mutant runs its base's steps,
-    # so an exhaustive check of the mutant need explore no other.
+    # so an exhaustive check of the mutant need explore no other (make evidence explores the others in
+    # lockstep with the base: tests/test_explore.py).
     reaches: Callable | None = field(default=None, compare=False, repr=False)
 
     def policy_of(self, base):

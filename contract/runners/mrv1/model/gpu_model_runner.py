@@ -120,10 +120,8 @@ def enabled(scenario: Scenario, policy: Policy, state: RunnerState, event: Event
         return state.resolved and not state.captured
     if isinstance(event, ExecuteModel):
         q = scenario.uniform_decode_query_len
-        if len(event.peers) != scenario.data_parallel_size - 1 or any(
-                p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
-            return False  # _is_uniform_decode: num_tokens == q * num_reqs
-        return state.captured
+        return state.captured and len(event.peers) == scenario.data_parallel_size - 1 and not any(
+            p.uniform_decode and p.num_tokens % q for p in (event, *event.peers))  # _is_uniform_decode
     if isinstance(event, Propose):
         # on several ranks the draft step is part of ExecuteModel: every rank drafts in it
         return state.captured and scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1

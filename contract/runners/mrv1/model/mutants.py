@@ -11,6 +11,7 @@ from contract.core.modes import FULL, NONE, PIECEWISE, CUDAGraphMode
 from contract.core.mutant import (
     Mutant,
     breakable,
+    draft_model,
     draft_only_backend,
     drafting_on_ranks,
     lora_beside_drafter,
@@ -152,27 +153,32 @@ MUTANTS: tuple[Mutant, ...] = (
            "BreakableCUDAGraphWrapper installed with runtime_mode=None inside CUDAGraphWrapper(FULL): a FULL "
            "capture begins a second capture inside the first, and PIECEWISE replays the entry captured under FULL",
            kills=frozenset(['P1', 'P5']),
-           build=_load(breakable_mode=None)),
+           build=_load(breakable_mode=None),
+           reaches=breakable),
     Mutant("elif_restored", "vllm_0_30", "policy",
            "the pre-#56312 `elif`: with breakable on, no CUDAGraphWrapper(FULL) is installed, so FULL dispatches "
            "pass the PIECEWISE-scoped breakable wrapper and run eagerly",
            kills=frozenset(['P1', 'P3']),
-           build=_load(elif_=True)),
+           build=_load(elif_=True),
+           reaches=breakable),
     Mutant("drafter_unwrapped", "vllm_0_30", "policy",
            "drafter.model is not wrapped: with breakable on (compilation off) drafter PIECEWISE runs eagerly",
            kills=frozenset(['P1']),
-           build=_load(wrap_drafter=False)),
+           build=_load(wrap_drafter=False),
+           reaches=breakable),
     Mutant("full_inside_breakable", "vllm_0_30", "policy",
            "the FULL wrapper installed inside the breakable one instead of outside",
            equivalent="with runtime_mode=PIECEWISE the breakable wrapper passes FULL through and the FULL wrapper "
                       "passes PIECEWISE through, so either order gives the same capturer for every dispatch, and "
                       "unwrap() recurses through both",
-           build=_load(full_outside=False)),
+           build=_load(full_outside=False),
+           reaches=breakable),
     Mutant("breakable_under_ubatching", "vllm_0_30", "policy",
            "breakable wrappers also installed with micro-batching (inside the UBatchWrapper): PIECEWISE under "
            "breakable+micro-batching gains a capturer, so the verdict on that scenario changes",
            kills=frozenset(['P1', 'P6']),
-           build=_load(breakable_under_ubatching=True)),
+           build=_load(breakable_under_ubatching=True),
+           reaches=breakable),
     Mutant("non_recursive_unwrap", "vllm_0_30", "wrapper",
            "unwrap() returns its runnable without recursing (0.29.0's wrappers) while the wrappers nest",
            kills=frozenset(['P6']),
@@ -180,7 +186,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("breakable_acts_on_none", "vllm_0_30", "wrapper",
            "the breakable wrapper's gate forgets the NONE check and captures NONE dispatches",
            kills=frozenset(['P0', 'P2']),
-           build=replacing(wrapper_acts=_breakable_acts_on_none)),
+           build=replacing(wrapper_acts=_breakable_acts_on_none),
+           reaches=breakable),
     Mutant("entry_key_num_tokens", "vllm_0_29", "wrapper",
            "entries keyed by num_tokens instead of the batch descriptor: a match-any wrapper replays the FULL "
            "uniform-decode graph for a PIECEWISE batch of the same size",
@@ -219,7 +226,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "the drafter dispatcher takes the target mode as is: a FULL target makes the drafter dispatch FULL, "
            "which its PIECEWISE-scoped wrapper passes through",
            kills=frozenset(['P1', 'P4', 'halt']),
-           build=replacing(drafter_cudagraph_mode=_drafter_keeps_target_mode)),
+           build=replacing(drafter_cudagraph_mode=_drafter_keeps_target_mode),
+           reaches=draft_model),
     Mutant("drafter_ignores_enforce_eager", "vllm_0_30", "dispatcher",
            "the drafter's keys ignore speculative_config.enforce_eager while capture_model's dummy run honours it "
            "(the half of vLLM #26821 left out): a drafter the user asked to run eagerly dispatches PIECEWISE, "

@@ -146,17 +146,16 @@ def enabled(scenario: Scenario, policy, state: RunnerState, event: Event) -> boo
         return state.resolved and not state.captured
     if isinstance(event, ExecuteModel):
         q = scenario.uniform_decode_query_len
-        if len(event.peers) != scenario.data_parallel_size - 1 or any(
+        if not state.captured or len(event.peers) != scenario.data_parallel_size - 1 or any(
                 p.uniform_decode and p.num_tokens % q for p in (event, *event.peers)):
             return False
         if ranks_problem([event], scenario.data_parallel_size, scenario.micro_batched):
             return False
-        return state.captured and not (event.num_active_loras
-                                       and lora_problem([event], scenario.max_loras, q, MAX_NUM_SEQS))
+        return not (event.num_active_loras and lora_problem([event], scenario.max_loras, q, MAX_NUM_SEQS))
     if isinstance(event, Propose):
-        if event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
+        if not state.captured or event.uniform_decode and event.num_tokens % scenario.uniform_decode_query_len:
             return False
-        return state.captured and scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1
+        return scenario.drafter is DrafterKind.WITH_MODEL and scenario.data_parallel_size == 1
     return False
 
 

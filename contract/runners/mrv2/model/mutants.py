@@ -9,6 +9,7 @@ from functools import partial
 from contract.core import resolve
 from contract.runners.mrv2.model.ubatch_utils import ubatch_twin
 from contract.core.modes import FULL, FULL_DECODE_ONLY
+from contract.core.scenario import Speculator
 from contract.core.mutant import (
     Mutant,
     adaptive_draft,
@@ -28,6 +29,13 @@ from contract.core.mutant import (
 
 def _available_regardless(breakable, has_compiled_submodule):
     return True
+
+
+def _multi_module_breakable(scenario) -> bool:
+    """Where multi-module MTP's breakable runner exists: ``key_fn`` is passed only with
+    ``use_breakable_cg`` (``33:v1/worker/gpu/spec_decode/multi_module_mtp/speculator.py:99-115``),
+    which needs the breakable switch (``policy.use_breakable_cg``)."""
+    return breakable(scenario) and draft_model(scenario) and scenario.speculator is Speculator.MULTI_MODULE_MTP
 
 
 def _breakable_regardless_of_piecewise(breakable, mode):
@@ -114,7 +122,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "multi-module MTP's breakable runner built without key_fn: module step 1 replays the graph captured "
            "for step 0",
            kills=frozenset(['P5']),
-           build=replacing(multi_module_key_fn=False)),
+           build=replacing(multi_module_key_fn=False),
+           reaches=_multi_module_breakable),
     Mutant("mrv2_multi_module_remap_skipped", "mrv2_0_34", "speculator",
            "multi-module MTP keeps compiled PIECEWISE: the compiled pieces do not specialise the module index, "
            "so step 1 replays step 0's graph",
@@ -235,7 +244,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "replays the FULL decode graph, which a hybrid model's recurrent state is not written by",
            kills=frozenset(['P7']),
            build=replacing(decode_graph_by_shape=True),
-           reaches=lambda s: full_graphs(s) and hybrid(s)),
+           reaches=full_graphs),
     Mutant("mrv2_pp_first_stage_eager", "mrv2_0_34", "stages",
            "the first pipeline stage runs every step eagerly for a reason of its own (as if its multimodal "
            "inputs fed need_eager) without telling the later stages: they pad to a graph's size beyond the rows "
