@@ -107,7 +107,7 @@ def report(
         for p in policies:
             cells: set = set()
             exploration = run_explore(p, classify=True)
-            verdicts = with_explorer(verify_policy(p, settings, seed, cells=cells), exploration)
+            verdicts = with_explorer(verify_policy(p, settings, seed, cells=cells, shrink=False), exploration)
             results.append(PolicyResult(p, verdicts, exploration, cells))
             advance()
     differentials = base_differentials(policies, base, {r.policy.name: r.exploration for r in results}, tree,

@@ -38,11 +38,16 @@ from contract.cli.progress import progress
 from contract.core.properties import PROPERTIES
 
 
-def _cell(verdict) -> str:
+def _shortest(verdict, exploration):
+    """The explorer's shortest counterexample, else Hypothesis's own (drawn, unshrunk)."""
+    return exploration.counterexamples.get(verdict.property) or verdict.trace
+
+
+def _cell(verdict, exploration) -> str:
     if verdict.holds:
         text = "holds"
     else:
-        text = f"fails ({verdict.length} events)"
+        text = f"fails ({len(_shortest(verdict, exploration).events)} events)"
     if verdict.expected is not None and not verdict.as_expected:
         return f"[bold red]{text} UNEXPECTED[/]"
     return f"[green]{text}[/]" if verdict.holds else f"[yellow]{text}[/]"
@@ -55,7 +60,7 @@ def _verdict_table(profile: str, rows) -> Table:
     for pid, prop in PROPERTIES.items():
         table.add_column(f"{pid} {prop.name}")
     for name, verdicts, exploration in rows:
-        table.add_row(name, *(_cell(v) + classes_note(exploration, pid) for pid, v in verdicts.items()))
+        table.add_row(name, *(_cell(v, exploration) + classes_note(exploration, pid) for pid, v in verdicts.items()))
     return table
 
 
@@ -74,7 +79,7 @@ def verify(
     policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Built-in policy name or a .py policy file; repeatable. Default: every built-in policy."),
     profile: str = typer.Option("ci", help="Hypothesis profile: ci (deterministic), dev (quick), thorough (nightly)."),
     seed: Optional[int] = typer.Option(None, help="Seed for the Hypothesis run; the same seed replays the same result."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write one JSON trace per counterexample into this folder."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write each failing property's shortest counterexample (POLICY-PROPERTY.json) and each class's witness (POLICY-CLASS.json) into this folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; use the exit code."),
     vllm_src: Optional[Path] = typer.Option(None, "--vllm-src", help="A vLLM source tree (or its vllm/ package): verify the rules its runner family reads (MRV1: load_model's wrapping block; MRV2: the managers' rules), run as a policy."),
@@ -117,7 +122,7 @@ def verify(
         for p in policies:
             cells: set = set()
             explored[p.name] = run_explore(p, classify=True)
-            results[p.name] = with_explorer(verify_policy(p, settings, seed, cells=cells), explored[p.name])
+            results[p.name] = with_explorer(verify_policy(p, settings, seed, cells=cells, shrink=False), explored[p.name])
             reachable = explored[p.name].cells
             coverage[p.name] = (len(cells & reachable), len(reachable))
             advance()
@@ -126,10 +131,10 @@ def verify(
     unexpected = [v for verdicts in results.values() for v in verdicts.values() if not v.as_expected]
     if out_dir is not None:
         with writing(out_dir) as folder:
-            for verdicts in results.values():
+            for name, verdicts in results.items():
                 for v in verdicts.values():
                     if v.trace is not None:
-                        write_atomic(folder / f"{v.policy}-{v.property}.json", v.trace.dumps())
+                        write_atomic(folder / f"{v.policy}-{v.property}.json", _shortest(v, explored[name]).dumps())
             write_class_traces(folder, explored.values(), differentials)
     if as_json:
         from contract.cli.diffview import differential_json

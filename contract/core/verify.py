@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hypothesis import Phase
 from hypothesis import settings as Settings
 
 from contract.core.coverage import cells_of
@@ -21,7 +22,7 @@ class Verdict:
     policy: str
     property: str
     holds: bool
-    trace: Trace | None = None  # the shrunk counterexample
+    trace: Trace | None = None  # Hypothesis's counterexample (shrunk unless the run asked otherwise)
     message: str = ""
 
     @property
@@ -40,11 +41,16 @@ class Verdict:
 
 
 def verify_policy(policy: Policy, settings: Settings, seed: int | None = None,
-                  progress: Callable[[str], None] | None = None, cells: set | None = None) -> dict[str, Verdict]:
-    """One verdict per property. A run stops at the first violation Hypothesis shrinks to, so the
-    property it shows is recorded and masked, and the machine runs again on the rest until a run
-    finds nothing: the remaining properties held on every example of that run. ``cells``, when
-    given, collects the coverage cells every generated step exercised."""
+                  progress: Callable[[str], None] | None = None, cells: set | None = None,
+                  shrink: bool = True) -> dict[str, Verdict]:
+    """One verdict per property. A run stops at its first violation, so the property it shows is
+    recorded and masked, and the machine runs again on the rest until a run finds nothing: the
+    remaining properties held on every example of that run. ``cells``, when given, collects the
+    coverage cells every executed step exercised. ``shrink=False`` keeps each counterexample as
+    Hypothesis drew it: where the explorer runs beside, its shortest counterexample is the one shown,
+    and shrinking was most of the run's time for about one event less."""
+    if not shrink:
+        settings = Settings(settings, phases=tuple(p for p in settings.phases if p is not Phase.shrink))
     on_step = None
     if cells is not None:
         def on_step(scenario, state, rec):

@@ -41,7 +41,7 @@ def _violating_dispatch(trace: Trace, records) -> tuple[int, Dispatch | None, st
     return len(records) - 1, None, ""
 
 
-def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: int | None, confirmed: str,
+def counterexample_page(result: PolicyResult, prop: str, trace: Trace, drawn: int | None, confirmed: str,
                         conformance: dict[str, dict] | None = None) -> str:
     policy = result.policy
     conformance = conformance or {}
@@ -58,7 +58,7 @@ def counterexample_page(result: PolicyResult, prop: str, trace: Trace, shrunk: i
         f"- Violation: {message}",
         f"- Status: {confirmed}",
         f"- Shortest counterexample (breadth-first explorer): {len(trace.events)} events; "
-        + (f"Hypothesis `ci` shrank its own to {shrunk} events." if shrunk is not None else "Hypothesis `ci` found none."),
+        + (f"Hypothesis `ci` drew one of {drawn} events (unshrunk)." if drawn is not None else "Hypothesis `ci` drew none."),
         f"- Policy: {policy.description}",
         "",
         "Replay it:",
@@ -100,7 +100,8 @@ def readme(results: list[PolicyResult], coverage: tuple[int, int], confirmations
         "```",
         "",
         "Each cell: the Hypothesis (`ci` profile) and breadth-first explorer verdict; a failing cell links to "
-        "its shortest counterexample. *reading* marks a counterexample not yet confirmed on real vLLM.",
+        "its shortest counterexample, the explorer's (Hypothesis's own is the length it drew, unshrunk). "
+        "*reading* marks a counterexample not yet confirmed on real vLLM.",
         "",
         "| policy | " + " | ".join(f"{pid} {p.name}" for pid, p in PROPERTIES.items()) + " |",
         "|---|" + "---|" * len(PROPERTIES),
