@@ -117,3 +117,25 @@ def test_user_policy_with_a_counterexample_exits_1(tmp_path):
 def test_help_works_without_vllm():
     out = subprocess.run([sys.executable, "-m", "contract.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and "verify" in out.stdout
+
+
+def test_verify_says_when_a_counterexample_shows_a_violation_the_explorer_lacks(monkeypatch):
+    from rich.console import Console
+
+    from contract.cli import verify as verify_cli
+    from contract.core.explore import Exploration, explore
+    from contract.core.trace import load
+    from contract.core.verify import Verdict
+    from contract.families import load_policy
+
+    policy = load_policy("vllm_0_30")
+    trace = load(Path(__file__).parent.parent / "reports" / "vllm_0_30" / "P1.json")
+    verdicts = {"P1": Verdict(policy.name, "P1", False, trace)}
+    said = Console(record=True, width=300)
+    monkeypatch.setattr(verify_cli, "out", said)
+    verify_cli._print_hypothesis_classes({policy.name: verdicts}, {policy.name: explore(policy, classify=True)}, [policy])
+    verify_cli._print_hypothesis_classes({policy.name: verdicts}, {policy.name: Exploration(policy.name, 0, 0)}, [policy])
+    first, second = said.export_text().splitlines()
+    assert first == "vllm_0_30: the counterexamples show 2 kinds of violation, all among the explorer's classes"
+    assert second.startswith("vllm_0_30: the counterexamples show 2 kinds of violation, 2 outside the explorer's "
+                             "classes: P1 target"), second

@@ -64,15 +64,22 @@ def _verdict_table(profile: str, rows) -> Table:
     return table
 
 
-def _print_hypothesis_classes(results, policies) -> None:
+def _print_hypothesis_classes(results, explored, policies) -> None:
+    """What the counterexamples of the verdicts show, against the explorer's classes of the same run:
+    a violation the explorer's classes lack would be a disagreement between the two engines."""
     from contract.core.classes import of_trace
 
     by_name = {p.name: p for p in policies}
     for name, verdicts in results.items():
-        found = [c for v in verdicts.values() if v.trace is not None for c in of_trace(v.trace, by_name[name])]
-        if found:
-            out.print(f"{name}: Hypothesis found {len(found)} class{'es' if len(found) != 1 else ''}: "
-                      + "; ".join(c.title for c in found), soft_wrap=True)
+        shown = {c.signature: c for v in verdicts.values() if v.trace is not None
+                 for c in of_trace(v.trace, by_name[name])}
+        if not shown:
+            continue
+        known = {c.signature for c in explored[name].classes}
+        outside = [c.title for sig, c in shown.items() if sig not in known]
+        out.print(f"{name}: the counterexamples show {len(shown)} kind{'s' if len(shown) != 1 else ''} of violation, "
+                  + ("all among the explorer's classes" if not outside else
+                     f"{len(outside)} outside the explorer's classes: " + "; ".join(outside)), soft_wrap=True)
 
 
 def verify(
@@ -158,7 +165,7 @@ def verify(
         for name, (reached, reachable) in coverage.items():
             out.print(f"{name}: the {profile} profile reached {reached} of {reachable} cells the explorer "
                       f"finds reachable ({100 * reached / max(reachable, 1):.1f}%)")
-        _print_hypothesis_classes(results, policies)
+        _print_hypothesis_classes(results, explored, policies)
         if differentials:
             from contract.cli.diffview import print_differential
 
