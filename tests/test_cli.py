@@ -119,23 +119,60 @@ def test_help_works_without_vllm():
     assert out.returncode == 0 and "verify" in out.stdout
 
 
-def test_verify_says_when_a_counterexample_shows_a_violation_the_explorer_lacks(monkeypatch):
+def _drawn(trace_path: str, engine: str = "hypothesis"):
+    from dataclasses import replace
+
+    from contract.core.trace import load
+
+    return replace(load(ROOT / trace_path), origin={"engine": engine})
+
+
+def test_verify_says_when_hypothesis_shows_a_violation_the_explorer_lacks(monkeypatch):
     from rich.console import Console
 
     from contract.cli import verify as verify_cli
     from contract.core.explore import Exploration, explore
-    from contract.core.trace import load
     from contract.core.verify import Verdict
     from contract.families import load_policy
 
     policy = load_policy("vllm_0_30")
-    trace = load(Path(__file__).parent.parent / "reports" / "vllm_0_30" / "P1.json")
-    verdicts = {"P1": Verdict(policy.name, "P1", False, trace)}
+    drawn = {"P1": Verdict(policy.name, "P1", False, _drawn("reports/vllm_0_30/P1.json"))}
+    completed = {"P1": Verdict(policy.name, "P1", False, _drawn("reports/vllm_0_30/P1.json", "explorer"))}
     said = Console(record=True, width=300)
     monkeypatch.setattr(verify_cli, "out", said)
-    verify_cli._print_hypothesis_classes({policy.name: verdicts}, {policy.name: explore(policy, classify=True)}, [policy])
-    verify_cli._print_hypothesis_classes({policy.name: verdicts}, {policy.name: Exploration(policy.name, 0, 0)}, [policy])
-    first, second = said.export_text().splitlines()
-    assert first == "vllm_0_30: the counterexamples show 2 kinds of violation, all among the explorer's classes"
-    assert second.startswith("vllm_0_30: the counterexamples show 2 kinds of violation, 2 outside the explorer's "
-                             "classes: P1 target"), second
+    everything, nothing = explore(policy, classify=True), Exploration(policy.name, 0, 0)
+    verify_cli._print_hypothesis_classes({policy.name: drawn}, {policy.name: everything}, [policy])
+    verify_cli._print_hypothesis_classes({policy.name: drawn}, {policy.name: nothing}, [policy])
+    verify_cli._print_hypothesis_classes({policy.name: completed}, {policy.name: nothing}, [policy])
+    lines = said.export_text().splitlines()
+    assert lines[0] == "vllm_0_30: Hypothesis's counterexamples show 2 kinds of violation, all among the explorer's classes"
+    assert lines[1].startswith("vllm_0_30: Hypothesis's counterexamples show 2 kinds of violation, 2 outside the "
+                               "explorer's classes: P1 target"), lines[1]
+    assert len(lines) == 2  # a verdict the explorer completed is no counterexample of Hypothesis's
+
+
+def test_verify_shows_the_explorers_shortest_and_runs_hypothesis_unshrunk(monkeypatch):
+    from hypothesis import Phase
+
+    import contract.core.verify
+    from contract.cli import verify as verify_cli
+    from contract.core.explore import Exploration
+    from contract.core.profiles import get
+    from contract.core.verify import Verdict, verify_policy
+    from contract.families import load_policy
+
+    longer = _drawn("tests/traces/lead3-drafter-capture-outside-window.json")
+    shortest = _drawn("reports/vllm_0_30/P1.json", "explorer")
+    assert len(longer.events) > len(shortest.events)
+    verdict = Verdict("vllm_0_30", "P1", False, longer)
+    found = Exploration("vllm_0_30", 0, 0, counterexamples={"P1": shortest})
+    assert f"fails ({len(shortest.events)} events)" in verify_cli._cell(verdict, found)
+    assert verify_cli._shortest(verdict, found) is shortest
+    alone = verify_cli._cell(verdict, Exploration("vllm_0_30", 0, 0))
+    assert f"fails ({len(longer.events)} events, Hypothesis only, unshrunk)" in alone
+
+    phases = []
+    monkeypatch.setattr(contract.core.verify, "run_machine", lambda policy, settings, *a, **k: phases.append(settings.phases))
+    verify_policy(load_policy("vllm_0_30"), get("ci"), shrink=False)
+    verify_policy(load_policy("vllm_0_30"), get("ci"))
+    assert Phase.shrink not in phases[0] and Phase.generate in phases[0] and Phase.shrink in phases[1]

@@ -166,7 +166,7 @@ def profile_settings(profile: str):
 
 
 def verdicts_json(verdicts) -> dict:
-    return {pid: {"holds": v.holds, "expected": v.expected, "length": v.length, "message": v.message,
+    return {pid: {"holds": v.holds, "expected": v.expected, "length": v.length, "drawn": v.drawn, "message": v.message,
                   "trace": v.trace.to_json() if v.trace is not None else None}
             for pid, v in verdicts.items()}
 

@@ -40,12 +40,15 @@ from contract.core.properties import PROPERTIES
 
 def _shortest(verdict, exploration):
     """The explorer's shortest counterexample, else Hypothesis's own (drawn, unshrunk)."""
-    return exploration.counterexamples.get(verdict.property) or verdict.trace
+    shortest = exploration.counterexamples.get(verdict.property)
+    return verdict.trace if shortest is None else shortest
 
 
 def _cell(verdict, exploration) -> str:
     if verdict.holds:
         text = "holds"
+    elif exploration.holds(verdict.property):
+        text = f"fails ({verdict.length} events, Hypothesis only, unshrunk)"
     else:
         text = f"fails ({len(_shortest(verdict, exploration).events)} events)"
     if verdict.expected is not None and not verdict.as_expected:
@@ -64,20 +67,25 @@ def _verdict_table(profile: str, rows) -> Table:
     return table
 
 
-def _print_hypothesis_classes(results, explored, policies) -> None:
-    """What the counterexamples of the verdicts show, against the explorer's classes of the same run:
-    a violation the explorer's classes lack would be a disagreement between the two engines."""
+def _hypothesis_classes(verdict, policy) -> list:
+    """The classes the counterexample Hypothesis drew shows (none where it drew none)."""
     from contract.core.classes import of_trace
 
+    return of_trace(verdict.trace, policy) if verdict.drawn is not None else []
+
+
+def _print_hypothesis_classes(results, explored, policies) -> None:
+    """What Hypothesis's own counterexamples show, against the explorer's classes of the same run:
+    a violation the explorer's classes lack would be a disagreement between the two engines."""
     by_name = {p.name: p for p in policies}
     for name, verdicts in results.items():
-        shown = {c.signature: c for v in verdicts.values() if v.trace is not None
-                 for c in of_trace(v.trace, by_name[name])}
+        shown = {c.signature: c for v in verdicts.values() for c in _hypothesis_classes(v, by_name[name])}
         if not shown:
             continue
         known = {c.signature for c in explored[name].classes}
         outside = [c.title for sig, c in shown.items() if sig not in known]
-        out.print(f"{name}: the counterexamples show {len(shown)} kind{'s' if len(shown) != 1 else ''} of violation, "
+        out.print(f"{name}: Hypothesis's counterexamples show {len(shown)} kind{'s' if len(shown) != 1 else ''} of "
+                  "violation, "
                   + ("all among the explorer's classes" if not outside else
                      f"{len(outside)} outside the explorer's classes: " + "; ".join(outside)), soft_wrap=True)
 
@@ -145,12 +153,10 @@ def verify(
             write_class_traces(folder, explored.values(), differentials)
     if as_json:
         from contract.cli.diffview import differential_json
-        from contract.core.classes import of_trace
 
         by_name = {p.name: p for p in policies}
         payload = {
-            name: {pid: data | {"hypothesis_classes": [c.title for c in (of_trace(verdicts[pid].trace, by_name[name])
-                                                                      if verdicts[pid].trace else [])],
+            name: {pid: data | {"hypothesis_classes": [c.title for c in _hypothesis_classes(verdicts[pid], by_name[name])],
                                 "classes": [c.id for c in explored[name].classes_of(pid)]}
                    for pid, data in verdicts_json(verdicts).items()}
             | {"coverage": {"reached": coverage[name][0], "reachable": coverage[name][1]}}

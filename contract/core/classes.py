@@ -442,7 +442,7 @@ def of_records(records: list[StepRecord], scenario: Scenario, runner, check) -> 
 
 
 def of_trace(trace, policy) -> list[ViolationClass]:
-    """The classes a single counterexample shows (a Hypothesis shrink): its scenario's settings,
+    """The classes a single counterexample shows (one Hypothesis drew): its scenario's settings,
     not minimised across scenarios as the explorer's are."""
     from contract.core.properties import check
     from contract.core.trace import run_events

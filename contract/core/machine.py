@@ -175,8 +175,9 @@ def make_machine(policy: Policy, only: frozenset[str] | None = None, base: Polic
 def run_machine(policy: Policy, settings: Settings, only: frozenset[str] | None = None, seed: int | None = None,
                 base: Policy | None = None, on_step: Callable | None = None,
                 stats: dict | None = None) -> ContractViolation | None:
-    """Run the machine; the minimal (shrunk) violation, or None when every example held. The
-    examples are a function of ``settings`` and ``seed`` alone (``contract.core.stream``).
+    """Run the machine; the first violation (shrunk unless ``settings`` drop ``Phase.shrink``), or
+    None when every example held. The examples are a function of ``settings`` and ``seed`` alone
+    (``contract.core.stream``).
     ``stats["examples"]`` counts the examples Hypothesis ran (shrinking included)."""
     on_example = None
     if stats is not None:

@@ -30,6 +30,12 @@ class Verdict:
         return len(self.trace.events) if self.trace else None
 
     @property
+    def drawn(self) -> int | None:
+        """The length of the counterexample Hypothesis drew; None where it drew none, also where
+        ``with_explorer`` completed the verdict from the explorer."""
+        return self.length if self.trace is not None and self.trace.origin.get("engine") == "hypothesis" else None
+
+    @property
     def expected(self) -> bool | None:
         return expected_holds(self.policy, self.property)
 

@@ -118,7 +118,7 @@ def readme(results: list[PolicyResult], coverage: tuple[int, int], confirmations
                 n = len(ex.counterexamples[pid].events)
                 status = confirmations.get((r.policy.name, pid), STATUS.get((r.policy.name, pid), "reading"))
                 tag = "" if status.startswith("confirmed") else " *reading*"
-                hyp = f"{v.length}" if not v.holds else "not found"
+                hyp = "not found" if v.drawn is None else f"{v.drawn}"
                 k = len(ex.classes_of(pid))
                 classes = f", [{k} class{'es' if k != 1 else ''}](#{r.policy.name.replace('_', '')}-classes)" if k else ""
                 cells.append(f"[fails: {n} events (Hypothesis {hyp})]({r.policy.name}/{pid}.md){classes}{tag}")
@@ -222,7 +222,7 @@ def write(out: Path, results: list[PolicyResult], conformance_reports: Path | No
             if trace is None:
                 continue
             label = status.status(trace, conformance, f"reports/{r.policy.name}/{pid}.json").text
-            page = counterexample_page(r, pid, trace, v.length, label, conformance)
+            page = counterexample_page(r, pid, trace, v.drawn, label, conformance)
             base = out / r.policy.name / pid
             write_atomic(base.with_suffix(".json"), trace.dumps())
             write_atomic(base.with_suffix(".md"), page)
