@@ -1,5 +1,7 @@
-"""Hypothesis profiles: ``ci`` (deterministic, no database, finds every known defect every run),
-``dev`` (default, quick) and ``thorough`` (nightly)."""
+"""Hypothesis profiles: ``ci`` (deterministic, no database; kills every killable mutant,
+``tests/test_mutants.py``), ``dev`` (default, quick) and ``thorough`` (nightly). ``ci`` draws no
+example of some built-in policies' failing properties (the MRV1 policies' P7, ``pr56312_draft``'s
+P4): ``verify`` and ``report`` take those verdicts from the explorer (``core.verify.with_explorer``)."""
 
 from __future__ import annotations
 
