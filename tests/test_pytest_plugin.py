@@ -90,3 +90,21 @@ def test_a_looping_policy_file_is_stopped_and_the_message_names_the_plugins_opti
     result = pytester.runpytest("--cudagraph-contract-policy", str(policy), "--cudagraph-contract-timeout", "1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*did not finish within 1 s; pass --cudagraph-contract-timeout to allow more*"])
+
+
+def test_without_the_bases_source_the_tree_is_never_a_silent_pass(tmp_path):
+    """Where the base release's package is not on this machine, no change can be named as read or not:
+    the plugin says so, with the replay that checks them, as ``verify --vllm-src`` does."""
+    from dataclasses import replace
+
+    from contract.branch import base as base_mod
+    from contract.branch import tree as branch
+    from contract.plugin import _unread
+    from trees import copy
+
+    tree = branch.load(copy("0.34.0", tmp_path))
+    chosen = base_mod.resolve(base_mod.check("0.34.0"), tree.policy, tree)
+    assert chosen.package is not None and _unread(tree, chosen) == []  # an unedited tree: nothing to say
+    said = _unread(tree, replace(chosen, package=None))
+    assert len(said) == 1 and said[0].startswith("no base source on this machine to compare the tree with"), said
+    assert said[0].endswith(f"cudagraph-contract conform --vllm-src {tree.tree} --base 0.34.0"), said

@@ -74,6 +74,14 @@ class Review:
                     found.append((f.path, name))
         return found
 
+    def unlisted(self, families) -> str | None:
+        """Where no base package is on this machine to compare with, no change can be named as read
+        or not: what to run instead, never a silent pass."""
+        if self.diff is not None:
+            return None
+        return ("no base source on this machine to compare the tree with: the changes the model does not read "
+                f"cannot be named, and are unchecked; replay the tree on vLLM's own code: {self.conform_command(families)}")
+
     def conform_command(self, families) -> str:
         """The ``conform --vllm-src`` command that replays the tree's changes on vLLM's own code: with
         ``--runner`` where the tree also holds another of ``families`` (0.30 to 0.33 hold both runners,

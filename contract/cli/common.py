@@ -311,3 +311,5 @@ def say_review(console, tree, chosen, command: str) -> None:
         if unread:
             console.print(f"verify does not read {len(unread)} of the changes above; replay them on vLLM's own code: "
                           f"{r.conform_command(FAMILIES)}", soft_wrap=True, highlight=False, markup=False)
+        elif unlisted := r.unlisted(FAMILIES):
+            console.print(unlisted, soft_wrap=True, highlight=False, markup=False)

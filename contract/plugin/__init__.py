@@ -154,6 +154,8 @@ def _unread(tree, chosen) -> list[str]:
     from contract.families import FAMILIES, by_runner
 
     r = review(tree, chosen, by_runner(tree.policy.runner))
+    if unlisted := r.unlisted(FAMILIES):
+        return [unlisted]
     unread = r.unread(VERIFY)
     if not unread:
         return []
